@@ -1,0 +1,170 @@
+"""One frozen configuration built from command-line options and ini values.
+
+Every parser here rejects a bad value with a :class:`ConfigError` whose message names the
+option, the bad value and where it came from; the plugin turns that into pytest's usage
+error (exit status 4, one line, no traceback).  No torch, no pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+BACKENDS = ("auto", "nccl", "gloo")
+DEFAULT_TIMEOUT_S = 300.0
+
+#: Threshold defaults from CONTRACT.md; overridable per environment (baselines) and per test.
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    "max_comm_overhead": 0.30,
+    "max_imbalance": 0.10,
+    "min_scaling_efficiency": 0.80,
+}
+#: Default relative tolerance of the baseline comparison (10%).
+DEFAULT_TOLERANCE = 0.10
+
+#: Keywords the ``distperf`` marker accepts.
+MARKER_KEYWORDS = ("world_size", *DEFAULT_THRESHOLDS, "tolerance")
+
+
+class ConfigError(ValueError):
+    """A bad option, ini value or marker argument; the message says which and why."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DistperfConfig:
+    enabled: bool = False
+    gpus: int | None = None  # None: visible CUDA devices, or 2 where there are none
+    backend: str = "auto"
+    save: bool = False
+    baselines_dir: Path | None = None  # None: <rootdir>/perf_baselines
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    json_path: Path | None = None
+    trace_dir: Path | None = None
+    strict: bool = False
+
+
+def parse_gpus(value: object, source: str) -> int:
+    text = str(value).strip()
+    try:
+        n = int(text)
+    except ValueError:
+        raise ConfigError(
+            f"--gpus: expected a whole number of ranks >= 1, got {text!r} (from {source})"
+        ) from None
+    if n < 1:
+        raise ConfigError(f"--gpus: the world size must be at least 1, got {n} (from {source})")
+    return n
+
+
+def parse_backend(value: object, source: str) -> str:
+    text = str(value).strip().lower()
+    if text not in BACKENDS:
+        raise ConfigError(
+            f"--distperf-backend: expected one of {', '.join(BACKENDS)}, got {value!r} "
+            f"(from {source})"
+        )
+    return text
+
+
+def parse_timeout(value: object, source: str) -> float:
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ConfigError(
+            f"--distperf-timeout: expected a number of seconds, got {text!r} (from {source})"
+        ) from None
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise ConfigError(
+            f"--distperf-timeout: expected a positive, finite number of seconds, got {text!r} "
+            f"(from {source})"
+        )
+    return seconds
+
+
+def parse_bool(value: object, option: str, source: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{option}: expected true or false, got {value!r} (from {source})")
+
+
+def parse_fraction(value: object, name: str, source: str) -> float:
+    """A threshold or tolerance: a finite number >= 0."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}: expected a number, got {value!r} (from {source})")
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected a number, got {value!r} (from {source})") from None
+    if not number >= 0 or number == float("inf"):
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r} (from {source})")
+    return number
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(value: object) -> int:
+    """A byte count from an int or a string such as ``"64KiB"``, ``"16MiB"``, ``"1GiB"``.
+
+    Binary units throughout (``K``, ``KB`` and ``KiB`` all mean 1024).  Raises ``ValueError``
+    with the bad value and the accepted forms.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"size must be a byte count or a string like '64KiB', got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size must be >= 0 bytes, got {value}")
+        return value
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if match:
+            number = float(match.group(1))
+            unit = (match.group(2) or "").upper().replace("I", "").rstrip("B") or ""
+            if unit in _UNITS:
+                size = number * _UNITS[unit]
+                if size == int(size):
+                    return int(size)
+    raise ValueError(
+        f"bad size {value!r}: use a byte count (int) or a string like '512', '64KiB', "
+        f"'16MiB', '1GiB'"
+    )
+
+
+def format_size(nbytes: int) -> str:
+    """The inverse of :func:`parse_size` for whole binary units: 16777216 -> ``"16MiB"``."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= factor and nbytes % factor == 0:
+            return f"{nbytes // factor}{unit}"
+    return f"{nbytes}B"
+
+
+def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, float | int]:
+    """Check the ``distperf`` marker's keywords; unknown ones are an error naming them."""
+    unknown = sorted(set(kwargs) - set(MARKER_KEYWORDS))
+    if unknown:
+        raise ConfigError(
+            f"@pytest.mark.distperf on {where}: unknown keyword {unknown[0]!r}; "
+            f"valid keywords: {', '.join(MARKER_KEYWORDS)}"
+        )
+    out: dict[str, float | int] = {}
+    for key, value in kwargs.items():
+        if value is None:
+            continue
+        if key == "world_size":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"@pytest.mark.distperf on {where}: world_size must be an int >= 1, "
+                    f"got {value!r}"
+                )
+            out[key] = value
+        else:
+            out[key] = parse_fraction(value, key, f"@pytest.mark.distperf on {where}")
+    return out

@@ -1,0 +1,109 @@
+"""The ``nccl_group`` fixture's handle: a group of ranks a test can run code on.
+
+Controller side only; the work happens on the ranks through an engine
+(:mod:`pytest_distperf.launcher`).  Results that a fixture wants judged are passed to the
+test's recorder as :class:`~pytest_distperf.records.Metric` values.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pytest_distperf.launcher import Engine
+from pytest_distperf.records import Metric
+
+Recorder = Callable[[str, Sequence[Metric], Any], None]
+
+
+class DistGroup:
+    """A live process group of ``world_size`` ranks, kept across tests.
+
+    ``run(fn, *args, **kwargs)`` calls ``fn`` once on every rank, with torch.distributed
+    initialised there and this group as the default group, and returns the results in rank
+    order.  An exception on a rank raises :class:`~pytest_distperf.launcher.RankError` (the
+    rank and its traceback); a call past the timeout raises
+    :class:`~pytest_distperf.launcher.RankTimeout`.
+    """
+
+    def __init__(
+        self, engine: Engine, world_size: int | None = None, *,
+        recorder: Recorder | None = None, module: types.ModuleType | None = None,
+    ) -> None:
+        size = engine.world_size if world_size is None else world_size
+        if size > engine.world_size:
+            raise ValueError(
+                f"world_size={size} is larger than the {engine.world_size} ranks available "
+                f"(--gpus {engine.world_size}); ask for at most {engine.world_size} or run with "
+                f"--gpus {size}"
+            )
+        if size < 1:
+            raise ValueError(f"world_size must be at least 1, got {size}")
+        self._engine = engine
+        self._size = size
+        self._recorder = recorder
+        self._module = module
+        if module is not None:
+            _pickle_by_value(module)
+
+    @property
+    def world_size(self) -> int:
+        return self._size
+
+    @property
+    def backend(self) -> str:
+        return self._engine.backend
+
+    @property
+    def device_type(self) -> str:
+        return self._engine.device_type
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def __repr__(self) -> str:
+        return (f"<DistGroup world_size={self._size} backend={self.backend} "
+                f"device={self.device_type} ({self._engine.mode})>")
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        __tracebackhide__ = True
+        if not callable(fn):
+            raise TypeError(f"run() needs a callable, got {fn!r}")
+        label = f"run({getattr(fn, '__qualname__', repr(fn))})"
+        return self._engine.execute(fn, args, kwargs, self._size, label)
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+             label: str, world_size: int | None = None) -> list[Any]:
+        """Like :meth:`run` with an explicit label (shown when it hangs) and group size."""
+        __tracebackhide__ = True
+        size = self._size if world_size is None else world_size
+        if size > self._engine.world_size:
+            raise ValueError(
+                f"world_size={size} is larger than the {self._engine.world_size} ranks "
+                f"available (--gpus {self._engine.world_size})"
+            )
+        return self._engine.execute(fn, args, kwargs, size, label)
+
+    def subgroup(self, world_size: int) -> DistGroup:
+        """A handle on the first ``world_size`` ranks of the same pool."""
+        return DistGroup(self._engine, world_size, recorder=self._recorder)
+
+    def record(self, label: str, metrics: Sequence[Metric], result: Any = None) -> None:
+        """Hand metrics (and the result they came from) to the test's verdict."""
+        if self._recorder is not None:
+            self._recorder(label, metrics, result)
+
+
+def _pickle_by_value(module: types.ModuleType) -> None:
+    """Ship the test module's functions by value: ranks need not import the test file."""
+    import cloudpickle
+
+    name = getattr(module, "__name__", None)
+    if name and sys.modules.get(name) is module:
+        try:
+            cloudpickle.register_pickle_by_value(module)
+        except ValueError:
+            pass  # not registrable: pickled by reference through the shipped sys.path

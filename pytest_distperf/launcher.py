@@ -1,0 +1,435 @@
+"""The rank pool: spawn, rendezvous, command, gather, timeout, respawn; and torchrun's group.
+
+Two engines with one method, ``execute(fn, args, kwargs, size, label) -> list``:
+
+* :class:`RankPool` spawns N rank processes once (spawn start method) and keeps them for the
+  session.  The rendezvous store listens on a socket the controller bound to 127.0.0.1 and
+  hands to ``TCPStore(master_listen_fd=...)``: no free-port race, nothing beyond loopback.
+  A call that raises on a rank comes back as :class:`RankError` with the rank's traceback; a
+  call that outlives its timeout comes back as :class:`RankTimeout` naming the ranks that did
+  not finish, what each was doing and their Python stacks; then the pool is killed and the
+  next call spawns a fresh one.
+* :class:`TorchrunEngine` uses the group torchrun built: ``fn`` runs on this rank and the
+  results are gathered with ``all_gather_object``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Protocol
+
+import cloudpickle
+
+from pytest_distperf import worker
+
+#: After one rank fails, how long the others get to finish before they count as stuck.
+ERROR_GRACE_S = 3.0
+#: Bytes of each rank's captured output shown in a failure.
+OUTPUT_TAIL_BYTES = 4000
+
+
+class RankError(Exception):
+    """A call failed on one or more ranks.  ``str()`` is the whole report."""
+
+    def __init__(self, message: str, failed_ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.failed_ranks = failed_ranks
+
+
+class RankTimeout(RankError):
+    """A call outlived its timeout; ``failed_ranks`` are the ranks that did not finish."""
+
+
+class Engine(Protocol):
+    world_size: int
+    backend: str
+    device_type: str
+    mode: str  # "spawned" or "torchrun"
+
+    def execute(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
+        timeout_s: float | None = None,
+    ) -> list[Any]: ...
+
+    def rank_info(self) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+def threads_per_rank(world_size: int) -> int:
+    """About cores / ranks, at least one: ranks must not fight over the cores."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // world_size)
+
+
+class RankPool:
+    """N rank processes with ``torch.distributed`` initialised, reused across calls."""
+
+    mode = "spawned"
+
+    def __init__(
+        self, world_size: int, backend: str, *, device_offset: int = 0,
+        timeout_s: float = 300.0, startup_timeout_s: float | None = None,
+    ) -> None:
+        self.world_size = world_size
+        self.backend = backend
+        self.device_type = "cuda" if backend == "nccl" else "cpu"
+        self.device_offset = device_offset
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s or max(timeout_s, 120.0)
+        self.generation = 0  # how many times the pool was (re)spawned
+        self._procs: list[Any] = []
+        self._conns: list[Any] = []
+        self._phases: list[Any] = []
+        self._info: list[dict[str, Any]] = []
+        self._subgroups: set[int] = set()
+        self._sys_path_sent: list[str] | None = None
+        self._next_id = 0
+        self._tmp: str | None = None
+        self._log_offsets: list[int] = []
+        self._store: Any = None
+        self._sock: socket.socket | None = None
+        atexit.register(self.close)
+
+    # -- life cycle -----------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return bool(self._procs) and all(p.is_alive() for p in self._procs)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs if p.pid is not None]
+
+    def listen_port(self) -> int | None:
+        return self._sock.getsockname()[1] if self._sock is not None else None
+
+    def start(self) -> None:
+        import multiprocessing as mp
+
+        import torch.distributed as dist
+
+        self.close()
+        self.generation += 1
+        self._tmp = tempfile.mkdtemp(prefix="distperf-pool-")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(max(128, self.world_size * 4))
+        self._sock = sock
+        port = sock.getsockname()[1]
+        self._store = dist.TCPStore(
+            "127.0.0.1", port, is_master=True, master_listen_fd=sock.fileno(),
+            wait_for_workers=False, timeout=datetime.timedelta(seconds=self.startup_timeout_s),
+        )
+        ctx = mp.get_context("spawn")
+        threads = threads_per_rank(self.world_size)
+        for rank in range(self.world_size):
+            parent_conn, child_conn = ctx.Pipe(duplex=True)
+            phase = ctx.Array("c", 256, lock=False)
+            device = self.device_offset + rank if self.backend == "nccl" else None
+            proc = ctx.Process(
+                target=worker.main,
+                name=f"distperf-rank{rank}",
+                args=(rank, self.world_size, self.backend, port, child_conn, phase,
+                      self._stack_file(rank), self._log_file(rank), device, threads,
+                      os.getpid(), self.timeout_s),
+                daemon=True,
+            )
+            proc.start()
+            child_conn.close()
+            self._procs.append(proc)
+            self._conns.append(parent_conn)
+            self._phases.append(phase)
+        self._log_offsets = [0] * self.world_size
+        try:
+            replies = self._gather(list(range(self.world_size)), None, self.startup_timeout_s,
+                                   "start-up")
+        except RankError as exc:
+            self.close()
+            raise RankError(f"the rank pool failed to start: {exc}", exc.failed_ranks) from None
+        self._info = [reply for reply in replies]
+
+    def close(self) -> None:
+        """Kill every rank and release the store; safe to call twice."""
+        for conn in self._conns:
+            with contextlib.suppress(Exception):
+                conn.send_bytes(cloudpickle.dumps(("stop",)))
+        deadline = time.monotonic() + 2.0
+        for proc in self._procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+        for conn in self._conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._procs, self._conns, self._phases = [], [], []
+        self._subgroups = set()
+        self._sys_path_sent = None
+        self._store = None
+        if self._sock is not None:
+            with contextlib.suppress(Exception):
+                self._sock.close()
+            self._sock = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def rank_info(self) -> list[dict[str, Any]]:
+        if not self.alive:
+            self.start()
+        return list(self._info)
+
+    # -- calls ----------------------------------------------------------------------------
+    def execute(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
+        __tracebackhide__ = True
+        try:
+            payload = cloudpickle.dumps((fn, args, kwargs))
+        except Exception as exc:
+            raise TypeError(
+                f"{label}: cannot send the function or its arguments to the ranks "
+                f"({type(exc).__name__}: {exc}); define it in the test module or a module on "
+                f"sys.path, and pass picklable arguments"
+            ) from None
+        if not self.alive:
+            self.start()
+        if size < self.world_size and size not in self._subgroups:
+            call_id = self._new_id()
+            self._send(range(self.world_size), ("subgroup", call_id, size))
+            self._gather(list(range(self.world_size)), call_id, self.timeout_s,
+                         f"creating the subgroup of {size} ranks")
+            self._subgroups.add(size)
+        sys_path = list(sys.path)
+        shipped = None if sys_path == self._sys_path_sent else sys_path
+        self._sys_path_sent = sys_path
+        call_id = self._new_id()
+        self._send(range(size), ("call", call_id, payload, size, label, shipped))
+        return self._gather(list(range(size)), call_id, timeout_s or self.timeout_s, label)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _send(self, ranks: range, message: tuple[Any, ...]) -> None:
+        data = cloudpickle.dumps(message)
+        for rank in ranks:
+            try:
+                self._conns[rank].send_bytes(data)
+            except OSError:
+                pass  # a dead rank is reported by _gather
+
+    def _gather(self, ranks: list[int], call_id: int | None, timeout_s: float,
+                label: str) -> list[Any]:
+        """Replies from ``ranks`` in rank order, or a RankError/RankTimeout (pool killed)."""
+        __tracebackhide__ = True
+        results: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        dead: dict[int, str] = {}
+        pending = set(ranks)
+        start = time.monotonic()
+        deadline = start + timeout_s
+        by_conn = {id(self._conns[r]): r for r in ranks}
+        by_sentinel = {self._procs[r].sentinel: r for r in ranks}
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            waitables = [self._conns[r] for r in pending]
+            waitables += [self._procs[r].sentinel for r in pending]
+            for ready in wait(waitables, timeout=remaining):
+                rank = by_sentinel.get(ready) if isinstance(ready, int) else by_conn[id(ready)]
+                if rank is None or rank not in pending:
+                    continue
+                conn = self._conns[rank]
+                if isinstance(ready, int) and conn.poll():
+                    continue  # its reply is waiting: read it through the connection
+                reply = self._receive(conn) if not isinstance(ready, int) else None
+                if reply is None:
+                    code = self._procs[rank].exitcode
+                    self._procs[rank].join(timeout=1.0)
+                    code = self._procs[rank].exitcode if code is None else code
+                    dead[rank] = f"rank {rank} died (exit code {code}) during {label}"
+                    pending.discard(rank)
+                    deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
+                    continue
+                if reply[0] == "ready":
+                    results[rank] = reply[1]
+                elif reply[1] != call_id:
+                    continue  # a late reply to an earlier call
+                elif reply[0] == "ok":
+                    results[rank] = reply[2]
+                else:
+                    errors[rank] = f"rank {rank} raised {reply[2]}\n{reply[3]}"
+                    deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
+                pending.discard(rank)
+        output = self._new_output(ranks)
+        if not pending and not errors and not dead:
+            return [results[r] for r in ranks]
+        stuck = sorted(pending)
+        parts: list[str] = []
+        failed = tuple(sorted(set(errors) | set(dead) | set(stuck)))
+        for rank in sorted(errors):
+            parts.append(errors[rank])
+        for rank in sorted(dead):
+            parts.append(dead[rank])
+        if stuck:
+            waited = time.monotonic() - start
+            why = ("after another rank failed" if (errors or dead)
+                   else f"within the timeout of {timeout_s:g} s")
+            parts.insert(0, f"{label}: rank(s) {', '.join(map(str, stuck))} did not finish "
+                            f"{why} (waited {waited:.1f} s)")
+            for rank in stuck:
+                parts.append(self._describe_stuck(rank))
+        if output:
+            parts.append(output)
+        message = "\n\n".join(parts)
+        if stuck or dead:
+            self.close()  # the group is in an unknown state: the next call respawns it
+            message += "\n\n(the rank pool was killed; the next call starts a fresh one)"
+        if stuck and not errors and not dead:
+            raise RankTimeout(message, failed)
+        raise RankError(message, failed)
+
+    def _receive(self, conn: Any) -> tuple[Any, ...] | None:
+        try:
+            return tuple(cloudpickle.loads(conn.recv_bytes()))
+        except (EOFError, OSError):
+            return None
+        except Exception:  # a result that cannot be unpickled here
+            return ("err", None, "its result could not be unpickled in the controller",
+                    traceback.format_exc())
+
+    def _describe_stuck(self, rank: int) -> str:
+        phase = self._phases[rank].value.decode("utf-8", "replace") or "unknown"
+        stacks = ""
+        proc = self._procs[rank]
+        if proc.is_alive() and proc.pid is not None:
+            path = self._stack_file(rank)
+            with contextlib.suppress(OSError):
+                before = os.path.getsize(path)
+                os.kill(proc.pid, signal.SIGUSR1)
+                deadline = time.monotonic() + 2.0
+                size = before
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    new_size = os.path.getsize(path)
+                    if new_size > before and new_size == size:
+                        break
+                    size = new_size
+                with open(path, errors="replace") as f:
+                    f.seek(before)
+                    stacks = f.read().strip()
+        text = f"rank {rank} was busy with: {phase}"
+        if stacks:
+            text += f"\nPython stacks of rank {rank} (most recent call first):\n{stacks}"
+        return text
+
+    def _stack_file(self, rank: int) -> str:
+        assert self._tmp is not None
+        return os.path.join(self._tmp, f"rank{rank}.stacks")
+
+    def _log_file(self, rank: int) -> str:
+        assert self._tmp is not None
+        return os.path.join(self._tmp, f"rank{rank}.log")
+
+    def _new_output(self, ranks: list[int]) -> str:
+        """What the ranks printed since the last call: forwarded to this test's output."""
+        if self._tmp is None:
+            return ""
+        shown: list[str] = []
+        for rank in ranks:
+            with contextlib.suppress(OSError):
+                with open(self._log_file(rank), "rb") as f:
+                    f.seek(self._log_offsets[rank])
+                    data = f.read()
+                self._log_offsets[rank] += len(data)
+                if data:
+                    text = data.decode("utf-8", "replace")
+                    sys.stdout.write("".join(f"[rank {rank}] {line}\n"
+                                             for line in text.splitlines()))
+                    shown.append(f"output of rank {rank}:\n{text[-OUTPUT_TAIL_BYTES:]}")
+        return "\n".join(shown)
+
+
+class TorchrunEngine:
+    """The group torchrun built: ``fn`` runs on this rank, results are all-gathered."""
+
+    mode = "torchrun"
+
+    def __init__(self, backend: str, timeout_s: float) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.rank = int(os.environ["RANK"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        if not dist.is_initialized():
+            kwargs: dict[str, Any] = {}
+            if backend == "nccl":
+                torch.cuda.set_device(self.local_rank)
+                kwargs["device_id"] = torch.device("cuda", self.local_rank)
+            dist.init_process_group(
+                backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
+            )
+        self.backend = dist.get_backend()
+        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
+        torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        self._subgroups: dict[int, Any] = {self.world_size: None}
+        self._info: list[dict[str, Any]] | None = None
+
+    def execute(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
+        __tracebackhide__ = True
+        import torch.distributed as dist
+
+        if size not in self._subgroups:
+            self._subgroups[size] = dist.new_group(list(range(size)))
+        reply: tuple[Any, ...] = ("skip",)
+        if self.rank < size:
+            worker.set_phase(label)
+            try:
+                with worker.as_default_group(self._subgroups[size]):
+                    reply = ("ok", fn(*args, **kwargs))
+            except Exception as exc:  # every rank must still reach the gather below
+                reply = ("err", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, reply)
+        errors = [(r, g) for r, g in enumerate(gathered[:size]) if g[0] == "err"]
+        if errors:
+            raise RankError(
+                "\n\n".join(f"rank {r} raised {g[1]}\n{g[2]}" for r, g in errors),
+                tuple(r for r, _ in errors),
+            )
+        return [g[1] for g in gathered[:size]]
+
+    def rank_info(self) -> list[dict[str, Any]]:
+        if self._info is None:
+            import torch.distributed as dist
+
+            device = self.local_rank if self.backend == "nccl" else None
+            mine = worker.describe(self.rank, self.backend, device)
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, mine)
+            self._info = gathered
+        return list(self._info)
+
+    def close(self) -> None:
+        """torchrun owns the group; it is torn down when the processes exit."""

@@ -1,0 +1,422 @@
+"""pytest hooks, options, the ``distperf`` marker, the fixtures and the session object.
+
+Loaded through the ``pytest11`` entry point in every pytest run of the environment, so torch
+is imported only once ``--distperf`` is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_distperf.config import (
+    DEFAULT_TIMEOUT_S,
+    MARKER_KEYWORDS,
+    ConfigError,
+    DistperfConfig,
+    parse_backend,
+    parse_bool,
+    parse_gpus,
+    parse_timeout,
+    validate_marker_kwargs,
+)
+from pytest_distperf.records import Environment, Metric, TestRecord, to_dict
+from pytest_distperf.thresholds import check_thresholds, resolve_thresholds
+
+HELP_ENABLE = "enable distributed performance tests (without it they are skipped)"
+HELP_GPUS = ("ranks per process group, the world size (default: visible CUDA devices, "
+             "or 2 where there are none)")
+HELP_BACKEND = ("auto (default): NCCL with one GPU per rank when enough GPUs are visible, "
+                "otherwise gloo on CPU; or nccl, gloo")
+HELP_SAVE = "write this run's results as the new baselines instead of comparing against them"
+HELP_BASELINES = "baseline folder (default: perf_baselines under the rootdir)"
+HELP_TIMEOUT = (f"longest any one call on the ranks may take before they are declared hung, "
+                f"in seconds (default {DEFAULT_TIMEOUT_S:g})")
+HELP_JSON = "write a machine-readable report of every result and verdict to PATH"
+HELP_TRACE = "folder for merged multi-rank traces written by dist_profiler"
+HELP_STRICT = "treat inconclusive verdicts (too noisy to tell) as failures"
+
+SKIP_REASON = ("distributed performance test: run with --distperf to enable it "
+               "(and --gpus N to choose the world size)")
+FIXTURE_NAMES = ("nccl_group", "ddp_step_timer", "dist_profiler")
+
+SESSION_KEY = pytest.StashKey["DistperfSession"]()
+RECORD_KEY = pytest.StashKey[TestRecord]()
+
+# (flag, ini name, kind, help); kind: "flag" (store_true), "str"
+_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--distperf", "distperf", "flag", HELP_ENABLE),
+    ("--gpus", "distperf_gpus", "str", HELP_GPUS),
+    ("--distperf-backend", "distperf_backend", "str", HELP_BACKEND),
+    ("--distperf-save", "distperf_save", "flag", HELP_SAVE),
+    ("--distperf-baselines", "distperf_baselines", "str", HELP_BASELINES),
+    ("--distperf-timeout", "distperf_timeout", "str", HELP_TIMEOUT),
+    ("--distperf-json", "distperf_json", "str", HELP_JSON),
+    ("--distperf-trace", "distperf_trace", "str", HELP_TRACE),
+    ("--distperf-strict", "distperf_strict", "flag", HELP_STRICT),
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("distperf", "distributed performance tests (pytest-distperf)")
+    for flag, ini, kind, help_text in _OPTIONS:
+        dest = ini if ini.startswith("distperf") else f"distperf_{ini}"
+        if kind == "flag":
+            group.addoption(flag, action="store_true", default=None, dest=dest, help=help_text)
+        else:
+            group.addoption(flag, action="store", default=None, dest=dest,
+                            metavar=flag.split("-")[-1].upper(), help=help_text)
+        parser.addini(ini, help_text, type="string", default="")
+
+
+def _value(config: pytest.Config, flag: str, ini: str) -> tuple[Any, str]:
+    """(value, where it came from): the command line wins over the ini file."""
+    cli = config.getoption(ini)
+    if cli is not None:
+        return cli, f"{flag} on the command line"
+    raw = config.getini(ini)
+    if raw not in ("", None):
+        return raw, f"{ini} in {config.inipath or 'the ini file'}"
+    return None, "default"
+
+
+def build_config(config: pytest.Config) -> DistperfConfig:
+    """The frozen config; a bad value raises ConfigError naming the option and its source."""
+    values: dict[str, Any] = {}
+    for flag, ini, kind, _ in _OPTIONS:
+        value, source = _value(config, flag, ini)
+        if value is None:
+            continue
+        if kind == "flag":
+            values[ini] = parse_bool(value, flag, source)
+        elif ini == "distperf_gpus":
+            values[ini] = parse_gpus(value, source)
+        elif ini == "distperf_backend":
+            values[ini] = parse_backend(value, source)
+        elif ini == "distperf_timeout":
+            values[ini] = parse_timeout(value, source)
+        else:
+            path = Path(str(value)).expanduser()
+            values[ini] = path if path.is_absolute() else Path(config.rootpath, path)
+    return DistperfConfig(
+        enabled=values.get("distperf", False),
+        gpus=values.get("distperf_gpus"),
+        backend=values.get("distperf_backend", "auto"),
+        save=values.get("distperf_save", False),
+        baselines_dir=values.get("distperf_baselines", Path(config.rootpath, "perf_baselines")),
+        timeout_s=values.get("distperf_timeout", DEFAULT_TIMEOUT_S),
+        json_path=values.get("distperf_json"),
+        trace_dir=values.get("distperf_trace"),
+        strict=values.get("distperf_strict", False),
+    )
+
+
+def _in_torchrun() -> bool:
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def _xdist_slot() -> tuple[int, int]:
+    """(this xdist worker's index, the number of workers); (0, 1) without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if name.startswith("gw") and name[2:].isdigit():
+        return int(name[2:]), max(count, 1)
+    return 0, 1
+
+
+class DistperfSession:
+    """Everything distperf keeps for one pytest process: config, engine, records."""
+
+    def __init__(self, cfg: DistperfConfig, config: pytest.Config) -> None:
+        self.cfg = cfg
+        self.config = config
+        self.records: list[TestRecord] = []
+        self.world_size = cfg.gpus or 2
+        self.backend = "gloo"
+        self.device_type = "cpu"
+        self.mode = "torchrun" if _in_torchrun() else "spawned"
+        self.device_offset = 0
+        self.visible_gpus = 0
+        self._engine: Any = None
+        self.is_reporter = True
+        self.is_xdist_worker = hasattr(config, "workerinput")
+        self._environments: dict[int, Environment] = {}
+
+    # -- resolution (imports torch) -------------------------------------------------------
+    def resolve(self) -> None:
+        """Pick world size and backend from the devices present; UsageError when impossible."""
+        import torch
+
+        cfg = self.cfg
+        cuda = torch.cuda.is_available()
+        self.visible_gpus = torch.cuda.device_count() if cuda else 0
+        if self.mode == "torchrun":
+            backend = cfg.backend
+            if backend == "auto":
+                backend = "nccl" if self.visible_gpus > 0 else "gloo"
+            if backend == "nccl" and self.visible_gpus == 0:
+                raise pytest.UsageError(
+                    "--distperf-backend nccl: no CUDA device is visible to this torchrun rank")
+            from pytest_distperf.launcher import TorchrunEngine
+
+            self._engine = TorchrunEngine(backend, cfg.timeout_s)
+            self.world_size = self._engine.world_size
+            self.backend = self._engine.backend
+            self.device_type = self._engine.device_type
+            self.is_reporter = self._engine.rank == 0
+            return
+        index, workers = _xdist_slot()
+        if cfg.gpus is not None:
+            world = cfg.gpus
+        elif self.visible_gpus:
+            world = max(1, self.visible_gpus // workers)
+        else:
+            world = 2
+        self.world_size = world
+        offset = index * world
+        import torch.distributed as dist
+
+        nccl_ok = cuda and dist.is_available() and dist.is_nccl_available()
+        backend = cfg.backend
+        if backend == "auto":
+            backend = "nccl" if nccl_ok and self.visible_gpus >= world else "gloo"
+        if backend == "nccl":
+            if not nccl_ok:
+                raise pytest.UsageError(
+                    "--distperf-backend nccl: this PyTorch has no CUDA/NCCL support "
+                    f"(torch {torch.__version__}); use --distperf-backend gloo")
+            if self.visible_gpus < offset + world:
+                where = f" for xdist worker {index} of {workers} (devices {offset}.." \
+                        f"{offset + world - 1})" if workers > 1 else ""
+                raise pytest.UsageError(
+                    f"--distperf-backend nccl needs {offset + world} GPUs (one per rank"
+                    f"{where}) but {self.visible_gpus} are visible; lower --gpus, use fewer "
+                    f"xdist workers, or use --distperf-backend gloo")
+        self.backend = backend
+        self.device_type = "cuda" if backend == "nccl" else "cpu"
+        self.device_offset = offset if backend == "nccl" else 0
+
+    # -- the engine -----------------------------------------------------------------------
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            from pytest_distperf.launcher import RankPool
+
+            self._engine = RankPool(self.world_size, self.backend,
+                                    device_offset=self.device_offset,
+                                    timeout_s=self.cfg.timeout_s)
+        return self._engine
+
+    def environment(self, world_size: int | None = None) -> Environment:
+        """The environment key of results measured on ``world_size`` ranks."""
+        size = world_size or self.world_size
+        if size not in self._environments:
+            info = self.engine.rank_info()[0]
+            self._environments[size] = Environment(
+                backend=self.backend, device_type=self.device_type,
+                device_model=info["device_model"],
+                device_count=size if self.device_type == "cuda" else 0,
+                world_size=size, torch_version=info["torch_version"],
+                nccl_version=info["nccl_version"],
+            )
+        return self._environments[size]
+
+    def header(self) -> str:
+        import torch
+
+        if self.mode == "torchrun":
+            pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
+        else:
+            from pytest_distperf.launcher import threads_per_rank
+
+            pool = (f"spawned on first use and kept for the session "
+                    f"({threads_per_rank(self.world_size)} CPU threads per rank)")
+        if self.device_type == "cuda":
+            first = self.device_offset
+            device = f"cuda (devices {first}..{first + self.world_size - 1} " \
+                     f"of {self.visible_gpus} visible)"
+        else:
+            device = f"cpu ({os.cpu_count()} cores; {self.visible_gpus} CUDA devices visible)"
+        return (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
+                f"torch {torch.__version__}, pool: {pool}")
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+    # -- per test -------------------------------------------------------------------------
+    def record_for(self, item: pytest.Item, world_size: int) -> TestRecord:
+        record = item.stash.get(RECORD_KEY, None)
+        if record is None:
+            record = TestRecord(nodeid=item.nodeid, world_size=world_size)
+            item.stash[RECORD_KEY] = record
+            self.records.append(record)
+        return record
+
+    def judge(self, item: pytest.Item, record: TestRecord) -> str | None:
+        """Check the test's metrics; the failure text, or None when the test passes."""
+        marker = marker_settings(item)
+        limits = resolve_thresholds(marker)
+        breaches = check_thresholds(record.metrics, limits)
+        record.breaches = [b.describe() for b in breaches]
+        if not breaches:
+            return None
+        lines = [f"distperf: {len(breaches)} threshold breach(es) in {item.nodeid}:"]
+        lines += [f"  {b.describe()}" for b in breaches]
+        return "\n".join(lines)
+
+
+def marker_settings(item: pytest.Item) -> dict[str, float | int]:
+    """The validated keywords of the test's ``distperf`` marker (ConfigError when bad)."""
+    marker = item.get_closest_marker("distperf")
+    if marker is None:
+        return {}
+    if marker.args:
+        raise ConfigError(
+            f"@pytest.mark.distperf on {item.nodeid}: takes keywords only "
+            f"({', '.join(MARKER_KEYWORDS)}), got positional {marker.args!r}")
+    return validate_marker_kwargs(dict(marker.kwargs), item.nodeid)
+
+
+def get_session(config: pytest.Config) -> DistperfSession:
+    return config.stash[SESSION_KEY]
+
+
+# -- hooks ----------------------------------------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "distperf(world_size=None, max_comm_overhead=None, max_imbalance=None, "
+        "min_scaling_efficiency=None, tolerance=None): a distributed performance test; "
+        "overrides the group size and thresholds for this test",
+    )
+    try:
+        cfg = build_config(config)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    session = DistperfSession(cfg, config)
+    config.stash[SESSION_KEY] = session
+    if cfg.enabled:
+        session.resolve()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or not session.cfg.enabled:
+        return "distperf: disabled (distributed performance tests are skipped; use --distperf)"
+    return session.header()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None and session.cfg.enabled:
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("distperf") or any(n in names for n in FIXTURE_NAMES):
+            item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    try:
+        marker_settings(item)
+    except ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    result = yield
+    session = item.config.stash.get(SESSION_KEY, None)
+    record = item.stash.get(RECORD_KEY, None)
+    if session is not None and record is not None and record.metrics:
+        failure = session.judge(item, record)
+        if failure:
+            pytest.fail(failure, pytrace=False)
+    return result
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or not session.cfg.enabled or not session.is_reporter:
+        return
+    from pytest_distperf import report
+
+    records = session.records + _records_from_xdist_workers(config)
+    if not records:
+        return
+    terminalreporter.write_sep("=", "distperf summary")
+    for line in report.summary_lines(records):
+        terminalreporter.write_line(line)
+    if session.cfg.json_path is not None:
+        report.write_json(session.cfg.json_path, records, header=session.header())
+        terminalreporter.write_line(f"distperf: JSON report written to {session.cfg.json_path}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    if session.is_xdist_worker:
+        config.workeroutput["distperf_records"] = [  # type: ignore[attr-defined]
+            to_dict(r) for r in session.records]
+    session.close()
+
+
+# -- pytest-xdist: workers send their records to the controller for the summary ------------
+_XDIST_RECORDS = pytest.StashKey[list[TestRecord]]()
+
+
+def _records_from_xdist_workers(config: pytest.Config) -> list[TestRecord]:
+    return config.stash.get(_XDIST_RECORDS, [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    from pytest_distperf.records import from_dict
+
+    output = getattr(node, "workeroutput", {}) or {}
+    records = [from_dict(TestRecord, r) for r in output.get("distperf_records", [])]
+    config = node.config
+    config.stash[_XDIST_RECORDS] = config.stash.get(_XDIST_RECORDS, []) + records
+
+
+# -- fixtures -------------------------------------------------------------------------------
+@pytest.fixture
+def nccl_group(request: pytest.FixtureRequest) -> Any:
+    """A live process group of ``--gpus`` ranks (or the marker's ``world_size``), kept for the
+    session: ``run(fn, *args, **kwargs)`` on every rank, ``bench(op, sizes)``."""
+    return make_group(request)
+
+
+def make_group(request: pytest.FixtureRequest) -> Any:
+    """The test's :class:`~pytest_distperf.group.DistGroup`, recording into its record."""
+    from pytest_distperf.group import DistGroup
+
+    session = get_session(request.config)
+    item = request.node
+    try:
+        size = int(marker_settings(item).get("world_size", session.world_size))
+    except ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if size > session.world_size:
+        pytest.fail(
+            f"@pytest.mark.distperf(world_size={size}) is larger than the {session.world_size} "
+            f"ranks of this run; run with --gpus {size} or more", pytrace=False)
+
+    def recorder(label: str, metrics: Sequence[Metric], result: Any) -> None:
+        record = session.record_for(item, size)
+        record.metrics.extend(metrics)
+        if result is not None:
+            data = to_dict(result) if dataclasses.is_dataclass(result) else result
+            record.results.append({"label": label, "result": data})
+
+    return DistGroup(session.engine, size, recorder=recorder,
+                     module=getattr(request, "module", None))

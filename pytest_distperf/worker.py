@@ -1,0 +1,220 @@
+"""The loop inside one rank process: receive a command, run it, send back the result.
+
+Started by :mod:`pytest_distperf.launcher` with the spawn start method.  Imports torch only
+inside :func:`main`, after the thread limits are set.  Knows nothing of pytest.
+
+Protocol (cloudpickled tuples over a duplex pipe):
+  controller -> rank: ("call", call_id, payload, group_size, label, sys_path | None)
+                      ("subgroup", call_id, size)
+                      ("stop",)
+  rank -> controller: ("ready", info) once after init
+                      ("ok", call_id, result) | ("err", call_id, summary, traceback_text)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import cloudpickle
+
+#: Shared buffer of this rank's current phase (the flight recorder the controller reads).
+_phase_buffer: Any = None
+
+
+def set_phase(text: str) -> None:
+    """Say what this rank is doing now; shown when a call times out.  Cheap; safe anywhere."""
+    if _phase_buffer is not None:
+        data = text.encode("utf-8", "replace")[: len(_phase_buffer) - 1]
+        _phase_buffer.value = data
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make sure this rank never outlives the controller, however the controller ends."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:  # fallback where there is no parent-death signal
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="distperf-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def as_default_group(group: Any) -> Iterator[None]:
+    """Make ``group`` torch.distributed's default group for the duration of a call.
+
+    So that ``fn`` written for "the group" (``dist.get_world_size()``, collectives without a
+    ``group=`` argument, DDP with no process group) runs on the first k ranks of the pool.
+    The subgroup holds ranks 0..k-1, so global and group ranks coincide.
+    """
+    if group is None:
+        yield
+        return
+    from torch.distributed import distributed_c10d as c10d
+
+    previous = c10d._world.default_pg
+    c10d._world.default_pg = group
+    try:
+        yield
+    finally:
+        c10d._world.default_pg = previous
+
+
+def main(
+    rank: int,
+    world_size: int,
+    backend: str,
+    store_port: int,
+    conn: Any,
+    phase_buffer: Any,
+    stack_file: str,
+    log_file: str,
+    device_index: int | None,
+    threads: int,
+    parent_pid: int,
+    timeout_s: float,
+) -> None:
+    global _phase_buffer
+    _phase_buffer = phase_buffer
+    _die_with_parent(parent_pid)
+    # What a rank prints goes to its own log; the controller forwards it to the test's output.
+    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    stacks = open(stack_file, "w")  # noqa: SIM115 - stays open for faulthandler
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    set_phase("importing torch")
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(max(1, threads))
+
+    set_phase("joining the rendezvous")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timeout)
+    kwargs: dict[str, Any] = {}
+    if backend == "nccl":
+        assert device_index is not None
+        torch.cuda.set_device(device_index)
+        kwargs["device_id"] = torch.device("cuda", device_index)
+    dist.init_process_group(
+        backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
+    )
+    subgroups: dict[int, Any] = {world_size: None}
+    conn.send_bytes(cloudpickle.dumps(("ready", describe(rank, backend, device_index))))
+    set_phase("idle")
+
+    while True:
+        try:
+            message = cloudpickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            break
+        kind = message[0]
+        if kind == "stop":
+            break
+        if kind == "subgroup":
+            _, call_id, size = message
+            set_phase(f"creating the subgroup of ranks 0..{size - 1}")
+            reply = _guarded(call_id, lambda: dist.new_group(list(range(size))))
+            if reply[0] == "ok":
+                subgroups[size] = reply[2]
+                reply = ("ok", call_id, None)
+        else:
+            _, call_id, payload, size, label, sys_path = message
+            if sys_path is not None:
+                sys.path[:] = sys_path
+            set_phase(label)
+            reply = _guarded(call_id, lambda: _call(payload, subgroups[size]))
+        set_phase("idle")
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        try:
+            data = cloudpickle.dumps(reply)
+        except Exception as exc:  # the result could not be pickled
+            data = cloudpickle.dumps(
+                ("err", reply[1], f"the result of rank {rank} cannot be sent back: {exc!r}",
+                 traceback.format_exc())
+            )
+        conn.send_bytes(data)
+
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+
+
+def _call(payload: bytes, group: Any) -> Any:
+    fn, args, kwargs = cloudpickle.loads(payload)
+    with as_default_group(group):
+        return fn(*args, **kwargs)
+
+
+def _guarded(call_id: int, thunk: Any) -> tuple[Any, ...]:
+    try:
+        return ("ok", call_id, thunk())
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the controller
+        summary = f"{type(exc).__name__}: {exc}"
+        return ("err", call_id, summary, _user_traceback(exc))
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback without this module's own frames (they say nothing about the test)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    info: dict[str, Any] = {
+        "rank": rank,
+        "pid": os.getpid(),
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "nccl_version": "",
+        "device_model": _cpu_model() or platform.processor() or platform.machine(),
+    }
+    if backend == "nccl" and device_index is not None:
+        info["device_model"] = torch.cuda.get_device_name(device_index)
+        with contextlib.suppress(Exception):
+            info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    return info
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    return ""
