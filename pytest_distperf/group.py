@@ -13,9 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_distperf.launcher import Engine
-from pytest_distperf.records import Metric
+from pytest_distperf.records import MeasureResult, Metric
 
-Recorder = Callable[[str, Sequence[Metric], Any], None]
+#: ``recorder(label, metrics, result, remeasure)``: ``remeasure()`` repeats the measurement on
+#: the same ranks and returns fresh metrics of the same names (used to confirm a regression).
+Remeasure = Callable[[], Sequence[Metric]]
+Recorder = Callable[[str, Sequence[Metric], Any, "Remeasure | None"], None]
 
 
 class DistGroup:
@@ -91,10 +94,39 @@ class DistGroup:
         """A handle on the first ``world_size`` ranks of the same pool."""
         return DistGroup(self._engine, world_size, recorder=self._recorder)
 
-    def record(self, label: str, metrics: Sequence[Metric], result: Any = None) -> None:
-        """Hand metrics (and the result they came from) to the test's verdict."""
+    def record(self, label: str, metrics: Sequence[Metric], result: Any = None,
+               remeasure: Remeasure | None = None) -> None:
+        """Hand metrics (and the result they came from) to the test's verdict.
+
+        ``remeasure``, when given, repeats the measurement and returns fresh metrics; the
+        verdict calls it to confirm a suspected regression before failing the test.
+        """
         if self._recorder is not None:
-            self._recorder(label, metrics, result)
+            self._recorder(label, metrics, result, remeasure)
+
+    def measure(self, name: str, fn: Callable[..., Any], *args: Any, warmup: int = 3,
+                iters: int = 20, **kwargs: Any) -> MeasureResult:
+        """Time ``fn(*args, **kwargs)`` on every rank, ``iters`` times after ``warmup``.
+
+        Each iteration starts at a barrier; its time is the slowest rank's.  Records the
+        metric ``<name>.time_s`` (lower is better) with the per-iteration samples.
+        """
+        __tracebackhide__ = True
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"measure(): name must be a non-empty word, got {name!r}")
+        if warmup < 0 or iters < 1:
+            raise ValueError(f"measure(): need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
+        from pytest_distperf.timing import measure_on_rank
+
+        label = f"measure({name})"
+
+        def once() -> MeasureResult:
+            per_rank = self.call(measure_on_rank, (fn, args, kwargs, warmup, iters), {}, label)
+            return MeasureResult.from_per_rank(name, per_rank)
+
+        result = once()
+        self.record(label, result.metrics(), result, lambda: once().metrics())
+        return result
 
 
 def _pickle_by_value(module: types.ModuleType) -> None:

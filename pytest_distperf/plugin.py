@@ -411,9 +411,12 @@ def make_group(request: pytest.FixtureRequest) -> Any:
             f"@pytest.mark.distperf(world_size={size}) is larger than the {session.world_size} "
             f"ranks of this run; run with --gpus {size} or more", pytrace=False)
 
-    def recorder(label: str, metrics: Sequence[Metric], result: Any) -> None:
+    def recorder(label: str, metrics: Sequence[Metric], result: Any,
+                 remeasure: Any = None) -> None:
         record = session.record_for(item, size)
         record.metrics.extend(metrics)
+        if remeasure is not None:
+            record.remeasure[label] = remeasure
         if result is not None:
             data = to_dict(result) if dataclasses.is_dataclass(result) else result
             record.results.append({"label": label, "result": data})

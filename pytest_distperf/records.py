@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 def to_dict(record: Any) -> Any:
-    """A JSON-ready structure (dicts, lists, str, numbers, None) for a record tree."""
+    """A JSON-ready structure (dicts, lists, str, numbers, None) for a record tree.
+
+    Fields marked ``metadata={"transient": True}`` (callables, live handles) are left out.
+    """
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)}
+        return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)
+                if not f.metadata.get("transient")}
     if isinstance(record, dict):
         return {str(k): to_dict(v) for k, v in record.items()}
     if isinstance(record, (list, tuple)):
@@ -117,3 +122,38 @@ class TestRecord:
     metrics: list[Metric] = dataclasses.field(default_factory=list)
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     breaches: list[str] = dataclasses.field(default_factory=list)
+    #: label -> callable repeating that measurement (not stored, not sent between processes)
+    remeasure: dict[str, Any] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False, metadata={"transient": True})
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return float("nan")
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MeasureResult:
+    """What :meth:`DistGroup.measure` measured: per-rank samples and the per-iteration max."""
+
+    name: str
+    per_rank: tuple[tuple[float, ...], ...]  # seconds, [rank][iteration]
+    samples: tuple[float, ...]  # seconds per iteration, slowest rank
+
+    @classmethod
+    def from_per_rank(cls, name: str, per_rank: Sequence[Sequence[float]]) -> MeasureResult:
+        rows = tuple(tuple(float(v) for v in r) for r in per_rank)
+        samples = tuple(max(col) for col in zip(*rows)) if rows else ()
+        return cls(name, rows, samples)
+
+    @property
+    def time_s(self) -> float:
+        """Median over iterations of the slowest rank's time."""
+        return _median(self.samples)
+
+    def metrics(self) -> list[Metric]:
+        return [Metric(f"{self.name}.time_s", self.time_s, "s", False, self.samples)]
