@@ -1,0 +1,408 @@
+"""The plugin and its rank pool, end to end: real pytest runs with real gloo rank processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+BASE = ("-p", "no:cacheprovider", "--distperf", "--gpus", "2")
+
+HELPER_MODULE = '''
+def triple(x):
+    return 3 * x
+'''
+
+# One generated test module exercises most of the pool's behaviour in one pytest run, so the
+# pool is spawned once (and respawned once, after the hang) rather than once per check.
+POOL_TESTS = r'''
+import json, os, time
+import pytest
+import torch
+import torch.distributed as dist
+from helpers_nearby import triple
+
+OUT = os.environ["DISTPERF_TEST_OUT"]
+
+def rank_and_sum(scale):
+    t = torch.ones(4) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    return dist.get_rank(), dist.get_world_size(), t[0].item() * scale
+
+def test_results_in_rank_order(nccl_group):
+    assert nccl_group.world_size == 2 and nccl_group.backend == "gloo"
+    assert nccl_group.device_type == "cpu"
+    assert nccl_group.run(rank_and_sum, 10) == [(0, 2, 30.0), (1, 2, 30.0)]
+
+def test_lambda_and_closure(nccl_group):
+    offset = 100
+    def closure(k, *, extra):
+        return dist.get_rank() + offset + k + extra
+    assert nccl_group.run(lambda: dist.get_rank() * 7) == [0, 7]
+    assert nccl_group.run(closure, 1, extra=2) == [103, 104]
+
+def test_helper_imported_next_to_the_test(nccl_group):
+    assert nccl_group.run(lambda: triple(dist.get_rank() + 1)) == [3, 6]
+
+def test_rank_output_is_forwarded(nccl_group):
+    nccl_group.run(lambda: print(f"hello from rank {dist.get_rank()}", flush=True))
+
+def test_raising_rank(nccl_group):
+    def fails_on_one():
+        if dist.get_rank() == 1:
+            raise KeyError("only rank one is broken")
+        return "fine"
+    nccl_group.run(fails_on_one)
+
+def test_pool_still_works_after_a_raise(nccl_group):
+    assert nccl_group.run(rank_and_sum, 1)[1] == (1, 2, 3.0)
+
+def test_hanging_rank(nccl_group):
+    def hangs_on_one():
+        if dist.get_rank() == 1:
+            time.sleep(600)
+        return "done"
+    nccl_group.run(hangs_on_one)
+
+def test_next_test_gets_a_working_group(nccl_group):
+    assert nccl_group.run(rank_and_sum, 2) == [(0, 2, 6.0), (1, 2, 6.0)]
+
+@pytest.mark.distperf(world_size=1)
+def test_subgroup_of_one(nccl_group):
+    assert nccl_group.world_size == 1
+    def info():
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return dist.get_rank(), dist.get_world_size(), t.item()
+    assert nccl_group.run(info) == [(0, 1, 1.0)]
+
+def test_full_group_after_subgroup(nccl_group):
+    assert [r[1] for r in nccl_group.run(rank_and_sum, 1)] == [2, 2]
+
+@pytest.mark.distperf(world_size=3)
+def test_subgroup_too_large(nccl_group):
+    pass
+
+@pytest.mark.distperf(world_sise=1)
+def test_unknown_marker_keyword(nccl_group):
+    pass
+
+def test_listeners_and_pids(nccl_group):
+    pids = nccl_group.run(os.getpid)
+    with open(os.path.join(OUT, "pids.json"), "w") as f:
+        json.dump({"controller": os.getpid(), "ranks": pids}, f)
+'''
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("State:"):
+                    return "Z" not in line.split(":", 1)[1]
+    except FileNotFoundError:
+        return False
+    return False
+
+
+def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+def _listening_sockets(pids: list[int]) -> list[str]:
+    """Local addresses of the TCP listeners owned by ``pids`` (from /proc)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        fd_dir = Path(f"/proc/{pid}/fd")
+        for fd in fd_dir.iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                cols = line.split()
+                local, state, inode = cols[1], cols[3], cols[9]
+                if state == "0A" and inode in inodes:  # 0A: LISTEN
+                    found.append(local)
+    return found
+
+
+def _is_loopback(hex_addr: str) -> bool:
+    host = hex_addr.split(":")[0]
+    if len(host) == 8:  # IPv4, little-endian hex
+        return host.endswith("7F")  # 127.x.x.x
+    return host in ("00000000000000000000000001000000",) or host.endswith("0100007F")
+
+
+@pytest.fixture
+def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResult, Path]:
+    """One pytest run of POOL_TESTS with real rank processes (shared by several checks)."""
+    pytester.makepyfile(helpers_nearby=HELPER_MODULE, test_pool_behaviour=POOL_TESTS)
+    os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
+    try:
+        result = pytester.runpytest_subprocess(*BASE, "--distperf-timeout", "8", "-rA")
+    finally:
+        del os.environ["DISTPERF_TEST_OUT"]
+    return result, tmp_path
+
+
+def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
+    result, out = pool_run
+    result.assert_outcomes(passed=9, failed=2, errors=2)
+    result.stdout.fnmatch_lines([
+        "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
+    ])
+    text = result.stdout.str()
+    # a raising rank: the rank number and its traceback, pointing at the user's line
+    assert "rank 1 raised KeyError: 'only rank one is broken'" in text
+    assert 'raise KeyError("only rank one is broken")' in text
+    rank_traceback = text.split("rank 1 raised KeyError")[1].split(": RankError")[0]
+    assert "fails_on_one" in rank_traceback and "worker.py" not in rank_traceback
+    # a hang: the rank that did not finish, what it was doing, its Python stack
+    result.stdout.fnmatch_lines([
+        "*run(test_hanging_rank.<locals>.hangs_on_one): rank(s) 1 did not finish within the "
+        "timeout of 8 s*",
+        "*rank 1 was busy with: run(test_hanging_rank.<locals>.hangs_on_one)*",
+        "*in hangs_on_one*",
+        "*the rank pool was killed; the next call starts a fresh one*",
+    ])
+    # what a rank prints is forwarded to the test's output, prefixed with the rank
+    result.stdout.fnmatch_lines(["*[[]rank 1[]] hello from rank 1*"])
+    # a subgroup larger than the pool, and a misspelt marker keyword
+    result.stdout.fnmatch_lines([
+        "*world_size=3) is larger than the 2 ranks of this run; run with --gpus 3 or more*",
+        "*unknown keyword 'world_sise'; valid keywords: world_size, max_comm_overhead*",
+    ])
+    for name in ("test_results_in_rank_order", "test_lambda_and_closure",
+                 "test_helper_imported_next_to_the_test", "test_pool_still_works_after_a_raise",
+                 "test_next_test_gets_a_working_group", "test_subgroup_of_one",
+                 "test_full_group_after_subgroup", "test_listeners_and_pids"):
+        result.stdout.fnmatch_lines([f"PASSED *::{name}"])
+    # no rank process outlives a normal run
+    pids = json.loads((out / "pids.json").read_text())
+    assert len(pids["ranks"]) == 2
+    assert _wait_gone(pids["ranks"]) == []
+
+
+LISTENER_TEST = r'''
+import json, os, time
+
+def test_hold_the_group(nccl_group):
+    pids = nccl_group.run(os.getpid)
+    out = os.environ["DISTPERF_TEST_OUT"]
+    with open(os.path.join(out, "pids.json.tmp"), "w") as f:
+        json.dump({"controller": os.getpid(), "ranks": pids}, f)
+    os.replace(os.path.join(out, "pids.json.tmp"), os.path.join(out, "pids.json"))
+    time.sleep(float(os.environ.get("DISTPERF_TEST_HOLD", "0")))
+'''
+
+
+def _start_held_run(pytester: pytest.Pytester, out: Path, hold: float,
+                    gpus: str = "2") -> tuple[subprocess.Popen[bytes], dict[str, object]]:
+    """Start pytest on a test that reports its pids and then holds its group for ``hold`` s."""
+    test_file = pytester.makepyfile(test_hold=LISTENER_TEST)
+    env = dict(os.environ, DISTPERF_TEST_OUT=str(out), DISTPERF_TEST_HOLD=str(hold))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--gpus", gpus,
+         str(test_file)],
+        cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "pids.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            output = proc.stdout.read().decode() if proc.stdout else ""
+            proc.kill()
+            pytest.fail(f"the held run did not report its pids:\n{output}")
+        time.sleep(0.2)
+    return proc, json.loads((out / "pids.json").read_text())
+
+
+def test_every_listening_socket_is_on_loopback(pytester: pytest.Pytester,
+                                               tmp_path: Path) -> None:
+    proc, pids = _start_held_run(pytester, tmp_path, hold=60)
+    try:
+        all_pids = [int(pids["controller"]), *pids["ranks"]]  # type: ignore[call-overload]
+        listeners = _listening_sockets(all_pids)
+        assert listeners, "the group should have listening sockets (store, gloo pairs)"
+        assert [a for a in listeners if not _is_loopback(a)] == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _wait_gone(pids["ranks"]) == []  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+def test_ranks_die_with_the_controller(pytester: pytest.Pytester, tmp_path: Path,
+                                       how: str) -> None:
+    proc, pids = _start_held_run(pytester, tmp_path, hold=600)
+    ranks = pids["ranks"]
+    assert all(_alive(p) for p in ranks)  # type: ignore[union-attr]
+    os.kill(proc.pid, getattr(signal, how))
+    proc.wait(timeout=60)
+    assert _wait_gone(ranks) == []  # type: ignore[arg-type]
+    if how == "SIGINT":  # Ctrl-C: pytest reports the interruption and stops cleanly
+        assert b"KeyboardInterrupt" in (proc.stdout.read() if proc.stdout else b"")
+
+
+SKIP_TESTS = r'''
+import pytest
+
+def test_uses_group(nccl_group):
+    raise AssertionError("must not run without --distperf")
+
+@pytest.mark.distperf
+def test_marked_only():
+    raise AssertionError("must not run without --distperf")
+
+def test_plain():
+    import sys
+    assert "torch" not in sys.modules  # the plugin loads without importing torch
+'''
+
+
+def test_skipped_without_distperf(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_skips=SKIP_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "distperf: disabled*use --distperf*",
+        "SKIPPED*run with --distperf to enable it*",
+    ])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--gpus", "0"), "ERROR: --gpus: the world size must be at least 1, got 0 (from --gpus "
+                          "on the command line)"),
+        (("--gpus", "four"), "ERROR: --gpus: expected a whole number of ranks >= 1, got 'four'*"),
+        (("--distperf-backend", "mpi"), "ERROR: --distperf-backend: expected one of auto, nccl, "
+                                        "gloo, got 'mpi'*"),
+        (("--distperf-timeout", "-3"), "ERROR: --distperf-timeout: expected a positive*"),
+        (("--distperf-backend", "nccl"), "ERROR: --distperf-backend nccl: *"),
+    ],
+)
+def test_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message: str) -> None:
+    pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distperf", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_usage_error_from_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ndistperf_gpus = many\n")
+    pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distperf")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --gpus: *got 'many' (from distperf_gpus in *tox.ini)"])
+
+
+TORCHRUN_TESTS = r'''
+import os
+import pytest
+import torch.distributed as dist
+
+def test_run_gathers_from_every_rank(nccl_group):
+    assert nccl_group.world_size == 2
+    assert nccl_group.run(lambda x: (dist.get_rank(), x), "a") == [(0, "a"), (1, "a")]
+
+@pytest.mark.distperf(world_size=1)
+def test_subgroup_under_torchrun(nccl_group):
+    assert nccl_group.run(lambda: dist.get_world_size()) == [1]
+
+def test_rank_error_reaches_every_rank(nccl_group):
+    from pytest_distperf import RankError
+    def bad():
+        if dist.get_rank() == 1:
+            raise ValueError("rank one says no")
+    with pytest.raises(RankError, match="rank 1 raised ValueError: rank one says no"):
+        nccl_group.run(bad)
+
+def test_measure_records_on_rank_zero_only(nccl_group):
+    nccl_group.measure("tiny", lambda: None, iters=3)
+'''
+
+
+def test_torchrun_mode(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_under_torchrun=TORCHRUN_TESTS)
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    proc = subprocess.run(
+        [*torchrun, "--standalone", "--nproc-per-node", "2", "--tee", "3",
+         "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "-rA"],
+        cwd=pytester.path, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert output.count("4 passed") == 2, output  # both ranks ran the whole file
+    assert output.count("distperf: 2 ranks, backend gloo") == 2
+    assert "pool: torchrun's group (this is rank 0 of 2)" in output
+    assert "pool: torchrun's group (this is rank 1 of 2)" in output
+    # only rank 0 prints the summary
+    assert output.count("distperf summary") == 1, output
+
+
+XDIST_TESTS = r'''
+import os
+import torch.distributed as dist
+
+def _report(nccl_group, name):
+    pids = nccl_group.run(os.getpid)
+    with open(os.path.join(os.environ["DISTPERF_TEST_OUT"], name), "w") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"] + " " + " ".join(map(str, pids)))
+
+def test_a(nccl_group):
+    _report(nccl_group, "a")
+    assert nccl_group.run(lambda: dist.get_world_size()) == [2, 2]
+
+def test_b(nccl_group):
+    _report(nccl_group, "b")
+
+def test_c(nccl_group):
+    _report(nccl_group, "c")
+
+def test_d(nccl_group):
+    _report(nccl_group, "d")
+'''
+
+
+def test_xdist_spreads_tests_over_two_pools(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_xdist=XDIST_TESTS)
+    os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
+    try:
+        result = pytester.runpytest_subprocess(*BASE, "-n", "2", "--dist", "load")
+    finally:
+        del os.environ["DISTPERF_TEST_OUT"]
+    result.assert_outcomes(passed=4)
+    pools: dict[str, set[str]] = {}
+    for name in "abcd":
+        worker, *pids = (tmp_path / name).read_text().split()
+        pools.setdefault(worker, set()).update(pids)
+    # both workers ran tests, each on its own pool of 2 ranks, and no two share a rank
+    assert len(pools) == 2
+    assert all(len(pids) == 2 for pids in pools.values())
+    all_pids = [p for pids in pools.values() for p in pids]
+    assert len(all_pids) == len(set(all_pids))
