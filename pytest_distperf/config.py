@@ -8,6 +8,7 @@ error (exit status 4, one line, no traceback).  No torch, no pytest.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def parse_timeout(value: object, source: str) -> float:
         raise ConfigError(
             f"--distperf-timeout: expected a number of seconds, got {text!r} (from {source})"
         ) from None
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+    if not (seconds > 0 and math.isfinite(seconds)):
         raise ConfigError(
             f"--distperf-timeout: expected a positive, finite number of seconds, got {text!r} "
             f"(from {source})"
@@ -102,7 +103,7 @@ def parse_fraction(value: object, name: str, source: str) -> float:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ConfigError(f"{name}: expected a number, got {value!r} (from {source})") from None
-    if not number >= 0 or number == float("inf"):
+    if not (number >= 0 and math.isfinite(number)):
         raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r} (from {source})")
     return number
 

@@ -7,13 +7,14 @@ test's recorder as :class:`~pytest_distperf.records.Metric` values.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_distperf.launcher import Engine
-from pytest_distperf.records import MeasureResult, Metric
+from pytest_distperf.records import CollectiveResult, MeasureResult, Metric, PairMatrix
 
 #: ``recorder(label, metrics, result, remeasure)``: ``remeasure()`` repeats the measurement on
 #: the same ranks and returns fresh metrics of the same names (used to confirm a regression).
@@ -128,6 +129,76 @@ class DistGroup:
         self.record(label, result.metrics(), result, lambda: once().metrics())
         return result
 
+    def bench(self, op: str, sizes: Any = None, *, dtype: Any = None, warmup: int = 5,
+              iters: int = 20) -> CollectiveResult:
+        """Benchmark one collective over a sweep of message sizes, the way nccl-tests does.
+
+        ``op``: one of :data:`pytest_distperf.collectives.OPS`; ``sizes``: byte counts or
+        strings (``"64KiB"``, ``"16MiB"``), default 64 KiB .. 64 MiB by x4 on CPU, .. 1 GiB on
+        GPU; ``dtype``: a torch dtype (default ``torch.float32``).  Per size: one correctness
+        check, ``warmup`` untimed calls, ``iters`` barrier-aligned timed calls.  Records
+        ``<op>.<size>.busbw_gbps`` per size (``barrier.time_us`` for the barrier).  Wrong
+        values raise :class:`~pytest_distperf.collectives.WrongResultError`.
+        """
+        __tracebackhide__ = True
+        from pytest_distperf import collectives
+
+        spec = collectives.plan(op, sizes, dtype, warmup, iters, world_size=self._size,
+                                device_type=self.device_type)
+        label = f"bench({op})"
+
+        def once() -> CollectiveResult:
+            per_rank = self.call(collectives.bench_on_rank, (spec,), {},
+                                 f"bench({op}, {len(spec.labels)} size(s))")
+            result = collectives.build_result(spec, per_rank, backend=self.backend,
+                                              device_type=self.device_type)
+            if result.wrong:
+                raise collectives.WrongResultError(collectives.wrong_message(result), result)
+            return result
+
+        try:
+            result = once()
+        except collectives.WrongResultError as exc:
+            self.record(label, [], exc.result)  # shown in the table, with its #wrong
+            raise
+        self.record(label, result.metrics(), result, lambda: once().metrics())
+        return result
+
+    def bench_pairs(self, size: int | str | None = None, *, dtype: Any = None,
+                    warmup: int = 3, iters: int = 10) -> PairMatrix:
+        """Send/recv bandwidth of every ordered pair of ranks, one pair at a time.
+
+        ``size`` defaults to 4 MiB on CPU, 64 MiB on GPU.  The matrix points at a slow link
+        (one slow pair) or a slow device (every pair with one rank slow).  Records
+        ``pairs.<size>.min_busbw_gbps`` (the slowest pair, higher is better).
+        """
+        __tracebackhide__ = True
+        from pytest_distperf import collectives
+
+        if self._size < 2:
+            raise ValueError("bench_pairs() needs at least 2 ranks")
+        spec = collectives.plan("send_recv", collectives.DEFAULT_PAIR_SIZE[self.device_type]
+                                if size is None else [size], dtype, warmup, iters,
+                                world_size=self._size, device_type=self.device_type)
+        label = f"bench_pairs({spec.labels[0]})"
+
+        def once() -> PairMatrix:
+            per_rank = self.call(collectives.pairs_on_rank,
+                                 (spec.counts[0], spec.dtype, warmup, iters), {}, label)
+            result = collectives.build_pairs(spec, per_rank, backend=self.backend,
+                                             device_type=self.device_type)
+            if result.wrong:
+                raise collectives.WrongResultError(collectives.wrong_message(result), result)
+            return result
+
+        try:
+            result = once()
+        except collectives.WrongResultError as exc:
+            self.record(label, [], exc.result)
+            raise
+        self.record(label, result.metrics(), result, lambda: once().metrics())
+        return result
+
 
 def _pickle_by_value(module: types.ModuleType) -> None:
     """Ship the test module's functions by value: ranks need not import the test file."""
@@ -135,7 +206,6 @@ def _pickle_by_value(module: types.ModuleType) -> None:
 
     name = getattr(module, "__name__", None)
     if name and sys.modules.get(name) is module:
-        try:
+        # not registrable: pickled by reference through the shipped sys.path instead
+        with contextlib.suppress(ValueError):
             cloudpickle.register_pickle_by_value(module)
-        except ValueError:
-            pass  # not registrable: pickled by reference through the shipped sys.path

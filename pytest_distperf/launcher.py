@@ -129,7 +129,7 @@ class RankPool:
         sock.listen(max(128, self.world_size * 4))
         self._sock = sock
         port = sock.getsockname()[1]
-        self._store = dist.TCPStore(
+        self._store = dist.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", port, is_master=True, master_listen_fd=sock.fileno(),
             wait_for_workers=False, timeout=datetime.timedelta(seconds=self.startup_timeout_s),
         )
@@ -229,10 +229,8 @@ class RankPool:
     def _send(self, ranks: range, message: tuple[Any, ...]) -> None:
         data = cloudpickle.dumps(message)
         for rank in ranks:
-            try:
+            with contextlib.suppress(OSError):  # a dead rank is reported by _gather
                 self._conns[rank].send_bytes(data)
-            except OSError:
-                pass  # a dead rank is reported by _gather
 
     def _gather(self, ranks: list[int], call_id: int | None, timeout_s: float,
                 label: str) -> list[Any]:

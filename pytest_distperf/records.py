@@ -48,11 +48,11 @@ def _build(tp: Any, data: Any) -> Any:
             for f in dataclasses.fields(tp)
             if f.name in data
         }
-        return tp(**kwargs)
+        return typing.cast(Any, tp)(**kwargs)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_build(args[0], v) for v in data)
-        return tuple(_build(a, v) for a, v in zip(args, data))
+        return tuple(_build(a, v) for a, v in zip(args, data, strict=True))
     if origin is list:
         return [_build(args[0], v) for v in data]
     if origin is dict:
@@ -147,7 +147,7 @@ class MeasureResult:
     @classmethod
     def from_per_rank(cls, name: str, per_rank: Sequence[Sequence[float]]) -> MeasureResult:
         rows = tuple(tuple(float(v) for v in r) for r in per_rank)
-        samples = tuple(max(col) for col in zip(*rows)) if rows else ()
+        samples = tuple(max(col) for col in zip(*rows, strict=True)) if rows else ()
         return cls(name, rows, samples)
 
     @property
@@ -157,3 +157,373 @@ class MeasureResult:
 
     def metrics(self) -> list[Metric]:
         return [Metric(f"{self.name}.time_s", self.time_s, "s", False, self.samples)]
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default), without numpy."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CollectiveRow:
+    """One size of a collective benchmark (one line of the nccl-tests-style table).
+
+    ``size_bytes`` is S in nccl-tests' formulas (all_gather: the output, reduce_scatter: the
+    input, all_to_all: one rank's buffer); ``label`` is the size as asked for and as written in
+    metric names (``"16MiB"``); ``samples_us`` holds, per timed iteration, the slowest rank's
+    time; ``wrong`` counts the elements that failed the correctness check, over all ranks.
+    """
+
+    label: str
+    size_bytes: int
+    count: int  # elements in size_bytes
+    time_us: float  # median over iterations of the slowest rank's time
+    algbw_gbps: float  # size_bytes / time, GB/s (1e9 bytes per second)
+    busbw_gbps: float  # algbw * the op's bus factor
+    wrong: int
+    samples_us: tuple[float, ...]
+    per_rank_us: tuple[tuple[float, ...], ...]  # [rank][iteration]
+    first_wrong: str = ""  # where the first wrong element was seen, when wrong > 0
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median of the per-iteration samples: 0.1 means a 10% band."""
+        if not self.samples_us or not self.time_us > 0:
+            return 0.0
+        return (_quantile(self.samples_us, 0.9) - _quantile(self.samples_us, 0.1)) / self.time_us
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CollectiveResult:
+    """What :meth:`DistGroup.bench` measured: one :class:`CollectiveRow` per size."""
+
+    op: str
+    world_size: int
+    backend: str
+    device_type: str
+    dtype: str  # e.g. "float32"
+    warmup: int
+    iters: int
+    bus_factor: float  # busbw = algbw * bus_factor (nccl-tests' definitions)
+    rows: tuple[CollectiveRow, ...]
+
+    @property
+    def wrong(self) -> int:
+        """Wrong elements over every size and rank (nccl-tests' ``#wrong``, summed)."""
+        return sum(row.wrong for row in self.rows)
+
+    def row(self, size: int | str) -> CollectiveRow:
+        """The row of a size given as its label (``"16MiB"``) or its byte count."""
+        for row in self.rows:
+            if size in (row.label, row.size_bytes):
+                return row
+        raise KeyError(f"{self.op}: no row for size {size!r}; sizes: "
+                       f"{', '.join(row.label for row in self.rows)}")
+
+    def metrics(self) -> list[Metric]:
+        """``<op>.<size>.busbw_gbps`` per size (higher is better); ``barrier.time_us``."""
+        out: list[Metric] = []
+        for row in self.rows:
+            if self.op == "barrier":
+                out.append(Metric("barrier.time_us", row.time_us, "us", False, row.samples_us,
+                                  world_size=self.world_size))
+                continue
+            samples = tuple(row.size_bytes * self.bus_factor / (t * 1e3) if t > 0 else 0.0
+                            for t in row.samples_us)
+            out.append(Metric(f"{self.op}.{row.label}.busbw_gbps", row.busbw_gbps, "GB/s", True,
+                              samples, world_size=self.world_size))
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PairRow:
+    """One directed pair of a send/recv bandwidth matrix: ``src`` sends to ``dst``."""
+
+    src: int
+    dst: int
+    time_us: float  # median per-iteration time of one transfer plus a one-element reply
+    busbw_gbps: float  # size / time (send/recv: busbw = algbw)
+    wrong: int
+    samples_us: tuple[float, ...]
+
+
+#: A pair is slow below this fraction of a typical (75th-percentile) pair's bandwidth.
+SLOW_PAIR_RATIO = 0.7
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PairMatrix:
+    """What :meth:`DistGroup.bench_pairs` measured: every ordered pair of ranks, one at a
+    time, while the other ranks wait; a slow link or device shows up as slow pairs."""
+
+    world_size: int
+    backend: str
+    device_type: str
+    dtype: str
+    label: str
+    size_bytes: int
+    warmup: int
+    iters: int
+    pairs: tuple[PairRow, ...]
+
+    @property
+    def wrong(self) -> int:
+        return sum(p.wrong for p in self.pairs)
+
+    def matrix(self) -> list[list[float | None]]:
+        """``[src][dst]`` bandwidth in GB/s; None on the diagonal."""
+        grid: list[list[float | None]] = [[None] * self.world_size
+                                          for _ in range(self.world_size)]
+        for p in self.pairs:
+            grid[p.src][p.dst] = p.busbw_gbps
+        return grid
+
+    @property
+    def typical_gbps(self) -> float:
+        """The 75th percentile of the pairs' bandwidths: what a healthy pair reaches."""
+        return _quantile([p.busbw_gbps for p in self.pairs], 0.75)
+
+    def slow_pairs(self, ratio: float = SLOW_PAIR_RATIO) -> list[PairRow]:
+        """Pairs below ``ratio`` x the typical pair, slowest first."""
+        limit = ratio * self.typical_gbps
+        return sorted((p for p in self.pairs if p.busbw_gbps < limit),
+                      key=lambda p: p.busbw_gbps)
+
+    def suspect_ranks(self, ratio: float = SLOW_PAIR_RATIO) -> list[int]:
+        """Ranks with at least 3/4 of their own pairs slow: a device or its link.
+
+        One bad device or link slows every pair it is in (the other ranks see it only in
+        their pairs with that rank); one bad cable between two ranks slows only that pair,
+        and then no rank is named.  Needs at least 3 ranks to tell.
+        """
+        if self.world_size < 3:
+            return []
+        slow = {(p.src, p.dst) for p in self.slow_pairs(ratio)}
+        own = 2 * (self.world_size - 1)  # pairs each rank is in (as sender or receiver)
+        return [rank for rank in range(self.world_size)
+                if 4 * sum(1 for pair in slow if rank in pair) >= 3 * own]
+
+    def metrics(self) -> list[Metric]:
+        """``pairs.<size>.min_busbw_gbps``: per iteration, the slowest pair (higher is
+        better), so that a degraded link fails against its baseline."""
+        if not self.pairs:
+            return []
+        per_iter = [min(self.size_bytes / (p.samples_us[i] * 1e3) for p in self.pairs)
+                    for i in range(min(len(p.samples_us) for p in self.pairs))]
+        value = min(p.busbw_gbps for p in self.pairs)
+        return [Metric(f"pairs.{self.label}.min_busbw_gbps", value, "GB/s", True,
+                       tuple(per_iter), world_size=self.world_size)]
+
+
+# -- ddp_step_timer: training-step timing, scaling, bottlenecks (issue 4) -------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommCall:
+    """One communication call seen on one rank, e.g. the all-reduce of one DDP gradient bucket.
+
+    ``time_s`` runs from the launch on this rank to its completion there, so it includes the
+    time this rank waited for the others to join; ``start_s`` is the launch, in seconds after
+    the step began.
+    """
+
+    op: str  # "all_reduce", "all_gather", "reduce_scatter", ...
+    nbytes: int
+    time_s: float
+    rank: int = 0
+    step: int = 0  # index of the timed step
+    index: int = 0  # bucket (or call) index within the step
+    start_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PhaseStats:
+    """Order statistics of one phase's per-step samples, in seconds.
+
+    ``spread`` is the interquartile range over the median (0.1: the middle half of the
+    samples lies within a 10% band); 0.0 when there is nothing to spread.
+    """
+
+    count: int
+    median_s: float
+    min_s: float
+    p25_s: float
+    p75_s: float
+    max_s: float
+    spread: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankStep:
+    """What one rank measured in ``ddp_step_timer``: raw per-step samples, in seconds.
+
+    Synchronised steps and steps without gradient synchronisation (``no_sync``) alternate;
+    every step starts at a barrier.  ``comm`` holds the communication calls the comm hook
+    saw during the synchronised steps (empty where there is no hook, e.g. FSDP2);
+    ``comm_time_s`` is, per synchronised step, the time covered by those calls (the union of
+    their intervals).
+    """
+
+    rank: int
+    batch_size: int  # samples per step on this rank
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]  # includes waiting for gradient synchronisation
+    optimizer_s: tuple[float, ...]
+    step_s: tuple[float, ...]  # whole synchronised steps
+    no_sync_step_s: tuple[float, ...]  # whole steps without gradient synchronisation
+    comm: tuple[CommCall, ...] = ()
+    comm_time_s: tuple[float, ...] = ()
+    peak_memory_bytes: int = 0
+    memory_source: str = ""  # "cuda_max_allocated" or "rss"
+    memory_capacity_bytes: int = 0  # device memory, or this rank's share of host memory
+    device: str = ""  # e.g. "cpu", "cuda:0"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankTiming:
+    """One rank's figures in a :class:`StepTiming` (``per_rank``)."""
+
+    rank: int
+    batch_size: int
+    step_time_s: float  # median synchronised step on this rank
+    compute_time_s: float  # this rank's step without gradient synchronisation (low quartile)
+    wait_time_s: float  # per step, time spent waiting for slower ranks
+    idle_fraction: float  # wait_time_s / the group's step time
+    comm_time_s: float | None  # per step, time covered by this rank's communication calls
+    throughput: float  # samples/s this rank computes (batch_size / compute_time_s)
+    peak_memory_bytes: int
+    memory_source: str
+    memory_capacity_bytes: int
+    straggler: bool
+    phases: dict[str, PhaseStats] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommSummary:
+    """Communication of one collective type over every rank and step.
+
+    Bandwidths are algorithm bandwidths (bytes / time) in GB/s (1e9 bytes per second); the
+    time of a call includes waiting for the other ranks, so they are lower bounds.
+    """
+
+    op: str
+    count: int
+    total_bytes: int
+    total_time_s: float
+    avg_bandwidth_gbps: float  # total_bytes / total_time_s
+    peak_bandwidth_gbps: float  # the best single call
+    slowest: CommCall | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadBalance:
+    """How evenly the ranks carry the work.
+
+    ``imbalance`` = (max - min) / mean of the per-rank compute times; ``cv`` their coefficient
+    of variation (population standard deviation / mean); ``stragglers`` the ranks whose
+    compute exceeds the median by more than half the imbalance limit; ``missing`` the ranks
+    that had no usable compute time (left out of every figure).
+    """
+
+    compute_s: tuple[float, ...]
+    wait_s: tuple[float, ...]
+    idle_fraction: tuple[float, ...]
+    imbalance: float
+    cv: float
+    stragglers: tuple[int, ...]
+    missing: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bottleneck:
+    """One finding of the analyzer: what limits the step, how badly, and what to do.
+
+    ``kind``: ``communication``, ``low_overlap``, ``imbalance``, ``straggler``, ``memory`` or
+    ``low_scaling``; ``severity``: ``low``, ``medium`` or ``high``; ``value`` and ``limit`` are
+    the figure behind the finding and the limit it crossed.
+    """
+
+    kind: str
+    severity: str
+    ranks: tuple[int, ...]
+    description: str
+    suggestion: str
+    value: float = 0.0
+    limit: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepTiming:
+    """What ``ddp_step_timer`` measured: the step, its phases, communication and balance.
+
+    ``step_time_s``: median over synchronised steps of the slowest rank's step;
+    ``compute_time_s``: the same for steps without gradient synchronisation;
+    ``comm_overhead``: exposed communication / step time (0..1);
+    ``comm_time_s``: per step, total communication time seen by the comm hook (None where
+    there is none); ``overlap``: the part of it hidden behind computation (0..1, or None);
+    ``throughput``: samples per second, all ranks together.  ``samples`` holds the per-step
+    values behind the recorded metrics.
+    """
+
+    world_size: int
+    wrapper: str  # "ddp" or "fsdp"
+    steps: int
+    step_time_s: float
+    compute_time_s: float
+    comm_overhead: float
+    imbalance: float
+    stragglers: list[int]
+    per_rank: list[RankTiming]
+    throughput: float
+    bottlenecks: list[Bottleneck]
+    recommendations: list[str]
+    comm_time_s: float | None = None
+    overlap: float | None = None
+    imbalance_cv: float = 0.0
+    batch_shares: tuple[float, ...] = ()  # suggested per-rank shares of the global batch
+    phases: dict[str, PhaseStats] = dataclasses.field(default_factory=dict)
+    communication: list[CommSummary] = dataclasses.field(default_factory=list)
+    load_balance: LoadBalance | None = None
+    samples: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    raw: list[RankStep] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScalingPoint:
+    """One world size of a scaling run.  ``speedup`` and ``efficiency`` are relative to the
+    smallest world size (weak: throughput; strong: step time of the fixed global batch)."""
+
+    world_size: int
+    step_time_s: float
+    throughput: float
+    speedup: float
+    efficiency: float
+    comm_overhead: float = 0.0
+    imbalance: float = 0.0
+    samples: tuple[float, ...] = ()  # per-step efficiency samples
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScalingResult:
+    """What ``ddp_step_timer.scaling`` measured: one :class:`ScalingPoint` per world size."""
+
+    mode: str  # "weak" (fixed per-rank batch) or "strong" (fixed global batch)
+    points: list[ScalingPoint]
+    bottlenecks: list[Bottleneck] = dataclasses.field(default_factory=list)
+    recommendations: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def efficiency(self) -> dict[int, float]:
+        """World size -> scaling efficiency (1.0 at the smallest size)."""
+        return {p.world_size: p.efficiency for p in self.points}
+
+    def point(self, world_size: int) -> ScalingPoint:
+        for p in self.points:
+            if p.world_size == world_size:
+                return p
+        raise KeyError(f"no scaling point for world size {world_size}; measured: "
+                       f"{', '.join(str(p.world_size) for p in self.points)}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import faulthandler
+import functools
 import os
 import signal
 import sys
@@ -118,7 +119,8 @@ def main(
 
     set_phase("joining the rendezvous")
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timeout)
+    store = dist.TCPStore(  # type: ignore[attr-defined]
+        "127.0.0.1", store_port, is_master=False, timeout=timeout)
     kwargs: dict[str, Any] = {}
     if backend == "nccl":
         assert device_index is not None
@@ -142,7 +144,7 @@ def main(
         if kind == "subgroup":
             _, call_id, size = message
             set_phase(f"creating the subgroup of ranks 0..{size - 1}")
-            reply = _guarded(call_id, lambda: dist.new_group(list(range(size))))
+            reply = _guarded(call_id, functools.partial(dist.new_group, list(range(size))))
             if reply[0] == "ok":
                 subgroups[size] = reply[2]
                 reply = ("ok", call_id, None)
@@ -151,7 +153,7 @@ def main(
             if sys_path is not None:
                 sys.path[:] = sys_path
             set_phase(label)
-            reply = _guarded(call_id, lambda: _call(payload, subgroups[size]))
+            reply = _guarded(call_id, functools.partial(_call, payload, subgroups, size))
         set_phase("idle")
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -169,16 +171,16 @@ def main(
         dist.destroy_process_group()
 
 
-def _call(payload: bytes, group: Any) -> Any:
+def _call(payload: bytes, subgroups: dict[int, Any], size: int) -> Any:
     fn, args, kwargs = cloudpickle.loads(payload)
-    with as_default_group(group):
+    with as_default_group(subgroups[size]):
         return fn(*args, **kwargs)
 
 
 def _guarded(call_id: int, thunk: Any) -> tuple[Any, ...]:
     try:
         return ("ok", call_id, thunk())
-    except BaseException as exc:  # noqa: BLE001 - everything goes back to the controller
+    except BaseException as exc:  # everything goes back to the controller
         summary = f"{type(exc).__name__}: {exc}"
         return ("err", call_id, summary, _user_traceback(exc))
 
@@ -212,9 +214,8 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
 
 
 def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return ""
