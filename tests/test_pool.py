@@ -65,7 +65,17 @@ def test_raising_rank(nccl_group):
 def test_pool_still_works_after_a_raise(nccl_group):
     assert nccl_group.run(rank_and_sum, 1)[1] == (1, 2, 3.0)
 
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "Z" not in [l for l in f if l.startswith("State:")][0]
+    except FileNotFoundError:
+        return False
+
+HUNG = []
+
 def test_hanging_rank(nccl_group):
+    HUNG.extend(nccl_group.run(os.getpid))
     def hangs_on_one():
         if dist.get_rank() == 1:
             time.sleep(600)
@@ -73,7 +83,9 @@ def test_hanging_rank(nccl_group):
     nccl_group.run(hangs_on_one)
 
 def test_next_test_gets_a_working_group(nccl_group):
+    assert len(HUNG) == 2 and not any(_alive(p) for p in HUNG)  # the hung pool is gone
     assert nccl_group.run(rank_and_sum, 2) == [(0, 2, 6.0), (1, 2, 6.0)]
+    assert set(nccl_group.run(os.getpid)).isdisjoint(HUNG)  # a fresh pool
 
 @pytest.mark.distperf(world_size=1)
 def test_subgroup_of_one(nccl_group):
