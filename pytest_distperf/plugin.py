@@ -396,6 +396,17 @@ def nccl_group(request: pytest.FixtureRequest) -> Any:
     return make_group(request)
 
 
+@pytest.fixture
+def ddp_step_timer(request: pytest.FixtureRequest) -> Any:
+    """Time DDP/FSDP2 training steps on the group: ``ddp_step_timer(model_fn, batch_fn,
+    steps=20, warmup=3, world_size=None, loss_fn=None, wrapper="ddp") -> StepTiming`` and
+    ``ddp_step_timer.scaling(model_fn, batch_fn, world_sizes=(1, 2, 4), mode="weak")``."""
+    from pytest_distperf.steptimer import DDPStepTimer
+
+    group = make_group(request)
+    return DDPStepTimer(group, resolve_thresholds(marker_settings(request.node)))
+
+
 def make_group(request: pytest.FixtureRequest) -> Any:
     """The test's :class:`~pytest_distperf.group.DistGroup`, recording into its record."""
     from pytest_distperf.group import DistGroup

@@ -505,6 +505,7 @@ class ScalingPoint:
     comm_overhead: float = 0.0
     imbalance: float = 0.0
     samples: tuple[float, ...] = ()  # per-step efficiency samples
+    step_samples: tuple[float, ...] = ()  # per-step step times (slowest rank), seconds
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

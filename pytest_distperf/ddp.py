@@ -1,0 +1,345 @@
+"""``ddp_step_timer``'s rank side: build, wrap and time training steps on this rank (torch).
+
+Runs inside a rank with torch.distributed initialised and the measured group as the default
+group.  Synchronised steps and steps without gradient synchronisation (DDP ``no_sync()``,
+FSDP2 ``set_requires_gradient_sync(False)``) alternate, each starting at a barrier, so that
+the difference between the two is the exposed communication (the headroom method) and the
+no-sync steps give each rank's own compute time.  With DDP a comm hook times every gradient
+bucket's all-reduce (launch to completion, so it includes waiting for the other ranks).
+
+Clocks: CUDA events on GPU (recorded on the current stream, read after one synchronize per
+step; the comm hook records its end event in the future's callback, which runs ordered after
+the collective), ``time.perf_counter`` on CPU.  Memory: the CUDA caching allocator's peak on
+GPU, the process's resident set size after each step on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_distperf.analyzer import interval_union
+from pytest_distperf.records import CommCall, RankStep
+from pytest_distperf.worker import set_phase
+
+WRAPPERS = ("ddp", "fsdp")
+#: Learning rate of the default optimizer (plain SGD): small, the values do not matter.
+DEFAULT_LR = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """What to measure: shipped (cloudpickled) from the controller to every rank."""
+
+    model_fn: Callable[[], Any]
+    batch_fn: Callable[[int], Any]
+    steps: int = 20
+    warmup: int = 3
+    loss_fn: Callable[[Any], Any] | None = None
+    wrapper: str = "ddp"
+    optimizer_fn: Callable[[Any], Any] | None = None
+    wrapper_kwargs: dict[str, Any] | None = None
+    split_batch: bool = False  # strong scaling: keep this rank's share of batch_fn's batch
+    comm_timing: bool = True  # time DDP's gradient buckets with a comm hook
+    bare: bool = False  # benchmark only: no barriers, no hook, no per-phase marks
+
+
+class _Clock:
+    """Timestamps that can be subtracted: CUDA events on GPU, perf_counter on CPU."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.on_cuda = device.type == "cuda"
+
+    def now(self) -> Any:
+        if self.on_cuda:
+            import torch
+
+            # On the rank's device's current stream, also from a collective's callback thread
+            # (where the future's stream guard makes that stream wait for the collective).
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if self.on_cuda:
+            return float(start.elapsed_time(end)) / 1e3
+        return float(end - start)
+
+
+class _BucketTimer:
+    """A DDP comm hook doing what the default all-reduce hook does, timing every bucket."""
+
+    def __init__(self, clock: _Clock, group: Any) -> None:
+        self.clock = clock
+        self.group = group
+        self.active = False
+        self.calls: list[tuple[int, int, Any, Any]] = []  # (bucket, bytes, start, end)
+
+    def hook(self, state: Any, bucket: Any) -> Any:
+        import torch.distributed as dist
+
+        buffer = bucket.buffer()
+        index = bucket.index()
+        nbytes = buffer.numel() * buffer.element_size()
+        buffer.div_(dist.get_world_size(self.group))
+        start = self.clock.now() if self.active else None
+        future = dist.all_reduce(buffer, group=self.group, async_op=True).get_future()
+
+        def done(fut: Any) -> Any:
+            if start is not None:
+                self.calls.append((index, nbytes, start, self.clock.now()))
+            return fut.value()[0]
+
+        return future.then(done)
+
+
+def time_steps(spec: StepSpec) -> RankStep:
+    """Build, wrap and time ``spec`` on this rank; the rank's raw samples.
+
+    The model, its wrapper and the optimizer are released before returning, so that the
+    next test on this rank starts from the same memory.
+    """
+    import torch
+
+    try:
+        return _measure(spec)
+    finally:
+        set_phase("ddp_step_timer: cleaning up")
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+def _measure(spec: StepSpec) -> RankStep:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
+    device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
+    clock = _Clock(device)
+
+    set_phase("ddp_step_timer: building the model")
+    torch.manual_seed(0)
+    model = spec.model_fn()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"ddp_step_timer: model_fn() must return a torch.nn.Module, got "
+                        f"{type(model).__name__}")
+    model = model.to(device)
+    set_phase("ddp_step_timer: building the batch")
+    batch, batch_size = _prepare_batch(spec.batch_fn(rank), device, rank, world,
+                                       spec.split_batch)
+    set_phase(f"ddp_step_timer: wrapping the model ({spec.wrapper})")
+    wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {})
+    timer: _BucketTimer | None = None
+    if spec.wrapper == "ddp" and spec.comm_timing and not spec.bare:
+        timer = _BucketTimer(clock, wrapped.process_group)
+        # DDP checks a hook's annotations against the real classes; a lambda has none.
+        wrapped.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))  # noqa: PLW0108
+    params = list(wrapped.parameters())
+    optimizer = (spec.optimizer_fn(params) if spec.optimizer_fn is not None
+                 else torch.optim.SGD(params, lr=DEFAULT_LR))
+    loss_fn = spec.loss_fn or _default_loss
+
+    def forward_backward() -> tuple[Any, Any]:
+        out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
+        loss = loss_fn(out)
+        return out, loss
+
+    if spec.bare:
+        return _bare_loop(spec, forward_backward, optimizer, clock, rank, batch_size)
+
+    for i in range(spec.warmup):
+        for sync in (True, False):
+            set_phase(f"ddp_step_timer: warm-up {i + 1}/{spec.warmup} "
+                      f"({'sync' if sync else 'no_sync'})")
+            with contextlib.nullcontext() if sync else no_sync():
+                _, loss = forward_backward()
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    if on_cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+    forward_s: list[float] = []
+    backward_s: list[float] = []
+    optimizer_s: list[float] = []
+    step_s: list[float] = []
+    no_sync_s: list[float] = []
+    comm: list[CommCall] = []
+    comm_time_s: list[float] = []
+    peak_rss = _rss_bytes()
+    for k in range(spec.steps):
+        for sync in ((True, False) if k % 2 == 0 else (False, True)):
+            set_phase(f"ddp_step_timer: step {k + 1}/{spec.steps} "
+                      f"({'sync' if sync else 'no_sync'}), waiting at the barrier")
+            dist.barrier()
+            if on_cuda:
+                torch.cuda.synchronize(device)
+            set_phase(f"ddp_step_timer: step {k + 1}/{spec.steps} "
+                      f"({'sync' if sync else 'no_sync'})")
+            if timer is not None:
+                timer.calls.clear()
+                timer.active = sync
+            t0 = clock.now()
+            with contextlib.nullcontext() if sync else no_sync():
+                _, loss = forward_backward()
+                t1 = clock.now()
+                loss.backward()
+                t2 = clock.now()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            t3 = clock.now()
+            if on_cuda:
+                torch.cuda.synchronize(device)
+            if timer is not None:
+                timer.active = False
+            total = clock.seconds(t0, t3)
+            if not sync:
+                no_sync_s.append(total)
+            else:
+                step_s.append(total)
+                forward_s.append(clock.seconds(t0, t1))
+                backward_s.append(clock.seconds(t1, t2))
+                optimizer_s.append(clock.seconds(t2, t3))
+                if timer is not None:
+                    calls = [CommCall("all_reduce", nbytes, clock.seconds(start, end), rank, k,
+                                      index, clock.seconds(t0, start))
+                             for index, nbytes, start, end in timer.calls]
+                    comm.extend(calls)
+                    comm_time_s.append(interval_union(
+                        (c.start_s, c.start_s + c.time_s) for c in calls))
+            if not on_cuda:
+                peak_rss = max(peak_rss, _rss_bytes())
+
+    if on_cuda:
+        peak = int(torch.cuda.max_memory_allocated(device))
+        capacity = int(torch.cuda.get_device_properties(device).total_memory)
+        source = "cuda_max_allocated"
+    else:
+        peak, capacity, source = peak_rss, _host_memory_share(world), "rss"
+    return RankStep(
+        rank=rank, batch_size=batch_size, forward_s=tuple(forward_s),
+        backward_s=tuple(backward_s), optimizer_s=tuple(optimizer_s), step_s=tuple(step_s),
+        no_sync_step_s=tuple(no_sync_s), comm=tuple(comm), comm_time_s=tuple(comm_time_s),
+        peak_memory_bytes=peak, memory_source=source, memory_capacity_bytes=capacity,
+        device=str(device))
+
+
+def _bare_loop(spec: StepSpec, forward_backward: Callable[[], tuple[Any, Any]],
+               optimizer: Any, clock: _Clock, rank: int, batch_size: int) -> RankStep:
+    """The same synchronised step in a plain loop (the overhead benchmark's reference):
+    one barrier, then ``steps`` back-to-back steps; every sample is the loop's mean."""
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(spec.warmup):
+        _, loss = forward_backward()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    dist.barrier()
+    if clock.on_cuda:
+        torch.cuda.synchronize()
+    start = clock.now()
+    for _ in range(spec.steps):
+        _, loss = forward_backward()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    end = clock.now()
+    if clock.on_cuda:
+        torch.cuda.synchronize()
+    mean = clock.seconds(start, end) / max(1, spec.steps)
+    samples = tuple([mean] * spec.steps)
+    return RankStep(rank=rank, batch_size=batch_size, forward_s=(), backward_s=(),
+                    optimizer_s=(), step_s=samples, no_sync_step_s=())
+
+
+def _default_loss(output: Any) -> Any:
+    import torch
+
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"ddp_step_timer: the model returned {type(output).__name__}, not a "
+                        f"tensor; pass loss_fn= to turn it into a scalar loss")
+    return output.sum()
+
+
+def _prepare_batch(batch: Any, device: Any, rank: int, world: int,
+                   split: bool) -> tuple[Any, int]:
+    """The batch on ``device`` (a tensor, or a tuple for ``model(*batch)``) and its size."""
+    import torch
+
+    items = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+    if not items or not all(isinstance(t, torch.Tensor) for t in items):
+        kinds = ", ".join(type(t).__name__ for t in items) or "nothing"
+        raise TypeError(f"ddp_step_timer: batch_fn(rank) must return a tensor or a tuple of "
+                        f"tensors, got {kinds}")
+    if split:
+        short = [tuple(t.shape) for t in items if t.dim() == 0 or t.shape[0] < world]
+        if short:
+            raise ValueError(f"ddp_step_timer.scaling(mode='strong'): the global batch is split "
+                             f"over {world} ranks along dim 0, but batch_fn returned shapes "
+                             f"{short} with fewer than {world} rows")
+        items = tuple(t.tensor_split(world)[rank] for t in items)
+    items = tuple(t.to(device) for t in items)
+    size = int(items[0].shape[0]) if items[0].dim() > 0 else 1
+    if isinstance(batch, (tuple, list)):
+        return items, size
+    return items[0], size
+
+
+def _wrap(model: Any, wrapper: str, device: Any,
+          kwargs: dict[str, Any]) -> tuple[Any, Callable[[], Any]]:
+    """The wrapped model and a context-manager factory that turns gradient sync off."""
+    if wrapper == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        if device.type == "cuda":
+            kwargs = {"device_ids": [device.index], **kwargs}
+        ddp = DistributedDataParallel(model, **kwargs)
+        return ddp, ddp.no_sync
+    if wrapper == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for child in model.children():
+            if any(True for _ in child.parameters()):
+                fully_shard(child, **kwargs)
+        sharded = fully_shard(model, **kwargs)
+
+        @contextlib.contextmanager
+        def no_sync() -> Iterator[None]:
+            sharded.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                sharded.set_requires_gradient_sync(True)
+
+        return sharded, no_sync
+    raise ValueError(f"ddp_step_timer: wrapper must be one of {', '.join(WRAPPERS)}, "
+                     f"got {wrapper!r}")
+
+
+def _rss_bytes() -> int:
+    """This process's resident set size (0 where /proc is not available)."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return 0
+
+
+def _host_memory_share(world: int) -> int:
+    """Host memory divided evenly over the ranks of the group (0 when unknown)."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or world
+    return int(total // max(1, local))

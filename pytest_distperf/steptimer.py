@@ -1,0 +1,233 @@
+"""The ``ddp_step_timer`` fixture's object: time training steps, and scaling curves.
+
+Controller side, no torch at import: the measuring runs on the ranks
+(:func:`pytest_distperf.ddp.time_steps`), the figures come from the pure
+:mod:`pytest_distperf.analyzer`, and every result is recorded under the test with the
+metrics its verdict judges:
+
+* ``step_time_s`` (s, lower is better), ``throughput`` (samples/s, higher is better);
+* ``comm_overhead`` (fraction, threshold ``max_comm_overhead``);
+* ``imbalance`` (fraction, threshold ``max_imbalance``, naming the straggling ranks);
+* from ``.scaling``: ``scaling_efficiency.w<N>`` (fraction, threshold
+  ``min_scaling_efficiency``) for every world size above the smallest, and
+  ``scaling_throughput.w<N>`` (samples/s) for every world size.
+
+With ``name="x"`` every metric name gets the prefix ``x.`` (to time several models in one
+test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from pytest_distperf import analyzer
+from pytest_distperf.config import DEFAULT_THRESHOLDS
+from pytest_distperf.ddp import WRAPPERS, StepSpec
+from pytest_distperf.group import DistGroup
+from pytest_distperf.records import Metric, ScalingResult, StepTiming
+
+SCALING_MODES = ("weak", "strong")
+
+
+class DDPStepTimer:
+    """``ddp_step_timer(model_fn, batch_fn, ...) -> StepTiming``;
+    ``ddp_step_timer.scaling(model_fn, batch_fn, world_sizes=..., mode=...) -> ScalingResult``.
+
+    ``model_fn()`` builds the module on every rank (seeded identically); the timer moves it
+    to the rank's device and wraps it (``wrapper="ddp"``: DistributedDataParallel,
+    ``"fsdp"``: FSDP2 ``fully_shard`` on every direct child with parameters, then the root).
+    ``batch_fn(rank)`` returns that rank's input, a tensor or a tuple of tensors for
+    ``model(*batch)``; the loss is ``loss_fn(output)`` or ``output.sum()``; the optimizer is
+    ``optimizer_fn(parameters)`` or SGD.  ``wrapper_kwargs`` go to the wrapper (e.g.
+    ``bucket_cap_mb``); ``comm_timing=False`` leaves DDP's built-in all-reduce in place (no
+    per-bucket figures, no overlap).
+    """
+
+    def __init__(self, group: DistGroup, limits: Mapping[str, float] | None = None) -> None:
+        self._group = group
+        self._limits = {**DEFAULT_THRESHOLDS, **(limits or {})}
+
+    @property
+    def world_size(self) -> int:
+        """The test's group size (the default ``world_size``)."""
+        return self._group.world_size
+
+    @property
+    def available(self) -> int:
+        """The ranks of the pool (``--gpus``): the largest world size a call may ask for."""
+        return int(self._group.engine.world_size)
+
+    def __repr__(self) -> str:
+        return f"<ddp_step_timer on {self._group!r}>"
+
+    # -- one configuration ------------------------------------------------------------------
+    def __call__(
+        self, model_fn: Callable[[], Any], batch_fn: Callable[[int], Any], *,
+        steps: int = 20, warmup: int = 3, world_size: int | None = None,
+        loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
+        optimizer_fn: Callable[[Any], Any] | None = None,
+        wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
+        name: str = "",
+    ) -> StepTiming:
+        __tracebackhide__ = True
+        spec = _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
+                     wrapper_kwargs, comm_timing)
+        size = self.world_size if world_size is None else world_size
+        self._check_sizes([size], "world_size")
+        prefix = _prefix(name)
+        label = f"ddp_step_timer({prefix}{wrapper}, {size} ranks)"
+
+        def once() -> StepTiming:
+            return self._measure(spec, size, label)
+
+        timing = once()
+        self._group.record(label, step_metrics(timing, prefix), timing,
+                           lambda: step_metrics(once(), prefix))
+        return timing
+
+    # -- a scaling curve --------------------------------------------------------------------
+    def scaling(
+        self, model_fn: Callable[[], Any], batch_fn: Callable[[int], Any], *,
+        world_sizes: Iterable[int] = (1, 2, 4), mode: str = "weak", steps: int = 20,
+        warmup: int = 3, loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
+        optimizer_fn: Callable[[Any], Any] | None = None,
+        wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
+        name: str = "",
+    ) -> ScalingResult:
+        """Time the step on the first N ranks for every N in ``world_sizes``.
+
+        ``mode="weak"``: every rank keeps ``batch_fn(rank)`` (fixed per-rank batch);
+        ``mode="strong"``: ``batch_fn(rank)`` is the global batch, split along dim 0 over the
+        N ranks (fixed global batch).  Efficiency is 1.0 at the smallest world size.
+        """
+        __tracebackhide__ = True
+        if mode not in SCALING_MODES:
+            raise ValueError(f"ddp_step_timer.scaling: mode must be one of "
+                             f"{', '.join(SCALING_MODES)}, got {mode!r}")
+        sizes = _world_sizes(world_sizes)
+        self._check_sizes(sizes, "world_sizes")
+        spec = dataclasses.replace(
+            _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
+                  wrapper_kwargs, comm_timing), split_batch=mode == "strong")
+        prefix = _prefix(name)
+
+        def once() -> ScalingResult:
+            timings = [self._measure(spec, n, f"ddp_step_timer.scaling({prefix}{mode}, "
+                                              f"{n} of {', '.join(map(str, sizes))} ranks)")
+                       for n in sizes]
+            return analyzer.scaling_result(timings, mode, limits=self._limits)
+
+        result = once()
+        self._group.record(f"ddp_step_timer.scaling({prefix}{mode})",
+                           scaling_metrics(result, prefix, self._limits), result,
+                           lambda: scaling_metrics(once(), prefix, self._limits))
+        return result
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _measure(self, spec: StepSpec, size: int, label: str) -> StepTiming:
+        from pytest_distperf.ddp import time_steps
+
+        per_rank = self._group.call(time_steps, (spec,), {}, label, world_size=size)
+        return analyzer.analyze_steps(per_rank, wrapper=spec.wrapper, limits=self._limits)
+
+    def _check_sizes(self, sizes: Sequence[int], what: str) -> None:
+        too_big = [n for n in sizes if n > self.available]
+        if too_big:
+            raise ValueError(
+                f"ddp_step_timer: {what} asks for {', '.join(map(str, too_big))} ranks but only "
+                f"{self.available} are available (--gpus {self.available}); ask for at most "
+                f"{self.available} or run with --gpus {max(too_big)}")
+        bad = [n for n in sizes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+        if bad:
+            raise ValueError(f"ddp_step_timer: {what} must be whole numbers >= 1, got {bad!r}")
+
+
+def _prefix(name: str) -> str:
+    if name and (any(c.isspace() for c in name) or name.startswith(".")):
+        raise ValueError(f"ddp_step_timer: name must be a word without spaces, got {name!r}")
+    return f"{name}." if name else ""
+
+
+def _world_sizes(world_sizes: Iterable[int]) -> list[int]:
+    sizes = list(world_sizes)
+    if not sizes:
+        raise ValueError("ddp_step_timer.scaling: world_sizes is empty")
+    bad = [n for n in sizes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+    if bad:
+        raise ValueError(f"ddp_step_timer.scaling: world_sizes must be whole numbers >= 1, "
+                         f"got {bad!r}")
+    return sorted(set(sizes))
+
+
+def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, wrapper: str,
+          optimizer_fn: Any, wrapper_kwargs: Mapping[str, Any] | None,
+          comm_timing: bool) -> StepSpec:
+    for label, fn in (("model_fn", model_fn), ("batch_fn", batch_fn)):
+        if not callable(fn):
+            raise TypeError(f"ddp_step_timer: {label} must be callable, got {fn!r}")
+    for label, fn in (("loss_fn", loss_fn), ("optimizer_fn", optimizer_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"ddp_step_timer: {label} must be callable or None, got {fn!r}")
+    if wrapper not in WRAPPERS:
+        raise ValueError(f"ddp_step_timer: wrapper must be one of {', '.join(WRAPPERS)}, "
+                         f"got {wrapper!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"ddp_step_timer: steps must be an int >= 1, got {steps!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"ddp_step_timer: warmup must be an int >= 0, got {warmup!r}")
+    return StepSpec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
+                    dict(wrapper_kwargs or {}), comm_timing=comm_timing)
+
+
+def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
+    """The metrics a :class:`StepTiming` is judged by (thresholds and baselines)."""
+    samples = timing.samples
+    w = timing.world_size
+    return [
+        Metric(f"{prefix}step_time_s", timing.step_time_s, "s", False,
+               samples.get("step_s", ()), world_size=w),
+        Metric(f"{prefix}throughput", timing.throughput, "samples/s", True,
+               samples.get("throughput", ()), world_size=w),
+        Metric(f"{prefix}comm_overhead", timing.comm_overhead, "fraction", False,
+               samples.get("comm_overhead", ()), threshold="max_comm_overhead",
+               hint=analyzer.hint(timing, "communication"), world_size=w),
+        Metric(f"{prefix}imbalance", timing.imbalance, "fraction", False,
+               samples.get("imbalance", ()), threshold="max_imbalance",
+               ranks=_imbalance_ranks(timing), hint=analyzer.hint(timing, "imbalance"),
+               world_size=w),
+    ]
+
+
+def _imbalance_ranks(timing: StepTiming) -> tuple[int, ...]:
+    """The stragglers; else the slowest rank (what a breach under another limit concerns)."""
+    if timing.stragglers:
+        return tuple(timing.stragglers)
+    if len(timing.per_rank) < 2:
+        return ()
+    return (max(timing.per_rank, key=lambda r: r.compute_time_s).rank,)
+
+
+def scaling_metrics(result: ScalingResult, prefix: str = "",
+                    limits: Mapping[str, float] | None = None) -> list[Metric]:
+    """``scaling_throughput.w<N>`` per world size, ``scaling_efficiency.w<N>`` above the
+    smallest one."""
+    lim = {**DEFAULT_THRESHOLDS, **(limits or {})}
+    out: list[Metric] = []
+    if not result.points:
+        return out
+    base = result.points[0]
+    for p in result.points:
+        batch = p.throughput * p.step_time_s
+        out.append(Metric(f"{prefix}scaling_throughput.w{p.world_size}", p.throughput,
+                          "samples/s", True,
+                          tuple(batch / s if s > 0 else 0.0 for s in p.step_samples),
+                          world_size=p.world_size))
+        if p is base:
+            continue
+        cause, suggestion = analyzer.scaling_cause(p, base, result.mode, lim)
+        out.append(Metric(f"{prefix}scaling_efficiency.w{p.world_size}", p.efficiency,
+                          "fraction", True, p.samples, threshold="min_scaling_efficiency",
+                          hint=f"{cause}: {suggestion}", world_size=p.world_size))
+    return out
