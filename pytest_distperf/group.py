@@ -148,6 +148,7 @@ class DistGroup:
         label = f"bench({op})"
 
         def once() -> CollectiveResult:
+            __tracebackhide__ = True
             per_rank = self.call(collectives.bench_on_rank, (spec,), {},
                                  f"bench({op}, {len(spec.labels)} size(s))")
             result = collectives.build_result(spec, per_rank, backend=self.backend,
@@ -183,6 +184,7 @@ class DistGroup:
         label = f"bench_pairs({spec.labels[0]})"
 
         def once() -> PairMatrix:
+            __tracebackhide__ = True
             per_rank = self.call(collectives.pairs_on_rank,
                                  (spec.counts[0], spec.dtype, warmup, iters), {}, label)
             result = collectives.build_pairs(spec, per_rank, backend=self.backend,

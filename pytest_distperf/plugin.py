@@ -352,6 +352,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     records = session.records + _records_from_xdist_workers(config)
     if not records:
         return
+    tables = report.collective_lines(records)
+    if tables:
+        terminalreporter.write_sep("=", "distperf collectives (nccl-tests style)")
+        for line in tables:
+            terminalreporter.write_line(line)
     terminalreporter.write_sep("=", "distperf summary")
     for line in report.summary_lines(records):
         terminalreporter.write_line(line)

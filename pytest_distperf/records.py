@@ -252,6 +252,13 @@ class PairRow:
     wrong: int
     samples_us: tuple[float, ...]
 
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median of the round trips."""
+        if not self.samples_us or not self.time_us > 0:
+            return 0.0
+        return (_quantile(self.samples_us, 0.9) - _quantile(self.samples_us, 0.1)) / self.time_us
+
 
 #: A pair is slow below this fraction of a typical (75th-percentile) pair's bandwidth.
 SLOW_PAIR_RATIO = 0.7

@@ -12,22 +12,27 @@ from collections.abc import Callable
 from typing import Any
 
 
-def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int) -> list[float]:
-    """Seconds per iteration of ``fn`` on this rank, after ``warmup`` untimed calls."""
+def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
+                    phase: str = "") -> list[float]:
+    """Seconds per iteration of ``fn`` on this rank, after ``warmup`` untimed calls.
+
+    ``phase`` prefixes what the hang reporter shows (e.g. ``"all_reduce 16MiB"``).
+    """
     import torch
     import torch.distributed as dist
 
     from pytest_distperf.worker import set_phase
 
     on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
+    prefix = f"{phase}: " if phase else ""
     for i in range(warmup):
-        set_phase(f"warm-up {i + 1}/{warmup}")
+        set_phase(f"{prefix}warm-up {i + 1}/{warmup}")
         fn()
     if on_cuda:
         torch.cuda.synchronize()
     samples: list[float] = []
     for i in range(iters):
-        set_phase(f"timed iteration {i + 1}/{iters}")
+        set_phase(f"{prefix}timed iteration {i + 1}/{iters}")
         dist.barrier()
         if on_cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
