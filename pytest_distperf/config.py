@@ -43,6 +43,7 @@ class DistperfConfig:
     json_path: Path | None = None
     trace_dir: Path | None = None
     strict: bool = False
+    tolerance: float = DEFAULT_TOLERANCE  # of the baseline comparison; marker/baselines override
 
 
 def parse_gpus(value: object, source: str) -> int:
@@ -169,3 +170,48 @@ def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, f
         else:
             out[key] = parse_fraction(value, key, f"@pytest.mark.distperf on {where}")
     return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pool's ranks go: how many, on which backend, from which CUDA device on."""
+
+    world_size: int
+    backend: str  # "nccl" or "gloo"
+    device_offset: int  # rank r uses cuda:(device_offset + r) on NCCL; 0 on gloo
+
+
+def place_ranks(requested_backend: str, gpus: int | None, visible_gpus: int,
+                nccl_available: bool, worker_index: int = 0, worker_count: int = 1) -> Placement:
+    """Choose world size, backend and devices for one pool (one per pytest-xdist worker).
+
+    World size: ``--gpus``, else the visible GPUs divided between xdist workers, else 2.
+    ``auto`` takes NCCL when this worker's slice of devices (``I*N .. I*N+N-1`` for worker
+    ``gwI``) exists; an explicit ``nccl`` without that slice is a ConfigError that says how many
+    devices are needed and how many are visible.
+    """
+    if gpus is not None:
+        world = gpus
+    elif visible_gpus:
+        world = max(1, visible_gpus // max(1, worker_count))
+    else:
+        world = 2
+    offset = worker_index * world
+    fits = nccl_available and visible_gpus >= offset + world
+    backend = requested_backend
+    if backend == "auto":
+        backend = "nccl" if fits else "gloo"
+    if backend == "nccl" and not fits:
+        if not nccl_available:
+            raise ConfigError(
+                "--distperf-backend nccl: this PyTorch has no CUDA/NCCL support or no GPU is "
+                "usable; use --distperf-backend gloo")
+        where = ""
+        if worker_count > 1:
+            where = (f" for xdist worker gw{worker_index} of {worker_count}, which takes "
+                     f"devices {offset}..{offset + world - 1}")
+        raise ConfigError(
+            f"--distperf-backend nccl needs {offset + world} GPUs (one per rank{where}) but "
+            f"{visible_gpus} are visible; lower --gpus, use fewer xdist workers, or use "
+            f"--distperf-backend gloo")
+    return Placement(world, backend, offset if backend == "nccl" else 0)

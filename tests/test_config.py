@@ -1,0 +1,165 @@
+"""Pure parts of the foundation: option parsers, rank placement, records, thresholds."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pytest_distperf.config import (
+    ConfigError,
+    format_size,
+    parse_backend,
+    parse_gpus,
+    parse_size,
+    parse_timeout,
+    place_ranks,
+    validate_marker_kwargs,
+)
+from pytest_distperf.records import (
+    Environment,
+    MeasureResult,
+    Metric,
+    TestRecord,
+    from_dict,
+    to_dict,
+)
+from pytest_distperf.thresholds import check_thresholds, resolve_thresholds
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1", 1), ("4", 4), (" 8 ", 8), (2, 2)])
+def test_parse_gpus(text: object, expected: int) -> None:
+    assert parse_gpus(text, "cli") == expected
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("0", "at least 1, got 0"), ("-2", "at least 1"), ("four", "got 'four'"), ("", "got ''"),
+    ("2.5", "got '2.5'"),
+])
+def test_parse_gpus_rejects(text: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as info:
+        parse_gpus(text, "the test")
+    assert "--gpus" in str(info.value) and "(from the test)" in str(info.value)
+
+
+def test_parse_backend() -> None:
+    assert [parse_backend(b, "x") for b in ("auto", "NCCL", " gloo ")] == ["auto", "nccl", "gloo"]
+    with pytest.raises(ConfigError, match="expected one of auto, nccl, gloo, got 'mpi'"):
+        parse_backend("mpi", "x")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "soon"])
+def test_parse_timeout_rejects(bad: str) -> None:
+    with pytest.raises(ConfigError, match="--distperf-timeout"):
+        parse_timeout(bad, "x")
+    assert parse_timeout("2.5", "x") == 2.5
+
+
+@pytest.mark.parametrize(("value", "nbytes"), [
+    (0, 0), (512, 512), ("512", 512), ("64KiB", 64 * 1024), ("64KB", 64 * 1024),
+    ("16MiB", 16 * 2**20), ("1GiB", 2**30), ("1.5KiB", 1536), ("4 MiB", 4 * 2**20),
+    ("8k", 8192),
+])
+def test_parse_size(value: object, nbytes: int) -> None:
+    assert parse_size(value) == nbytes
+
+
+@pytest.mark.parametrize("bad", ["16 megabytes", "MiB", "-4KiB", "1.3B", -1, True, 2.5, None])
+def test_parse_size_rejects(bad: object) -> None:
+    with pytest.raises(ValueError, match="size"):
+        parse_size(bad)
+
+
+@pytest.mark.parametrize(("nbytes", "text"), [
+    (16 * 2**20, "16MiB"), (64 * 1024, "64KiB"), (2**30, "1GiB"), (1536, "1536B"), (7, "7B"),
+])
+def test_format_size_round_trips(nbytes: int, text: str) -> None:
+    assert format_size(nbytes) == text
+    assert parse_size(text) == nbytes
+
+
+def test_marker_keywords() -> None:
+    assert validate_marker_kwargs({"world_size": 2, "max_imbalance": 0.2}, "t") == {
+        "world_size": 2, "max_imbalance": 0.2}
+    assert validate_marker_kwargs({"tolerance": None}, "t") == {}
+    with pytest.raises(ConfigError, match="unknown keyword 'max_imbalanse'"):
+        validate_marker_kwargs({"max_imbalanse": 0.2}, "t")
+    with pytest.raises(ConfigError, match="world_size must be an int >= 1"):
+        validate_marker_kwargs({"world_size": 0}, "t")
+    with pytest.raises(ConfigError, match="max_comm_overhead: expected a number"):
+        validate_marker_kwargs({"max_comm_overhead": "low"}, "t")
+
+
+class TestPlaceRanks:
+    def test_cpu_default_is_two_gloo_ranks(self) -> None:
+        p = place_ranks("auto", None, 0, False)
+        assert (p.world_size, p.backend, p.device_offset) == (2, "gloo", 0)
+
+    def test_auto_takes_nccl_with_a_gpu_per_rank(self) -> None:
+        p = place_ranks("auto", None, 8, True)
+        assert (p.world_size, p.backend, p.device_offset) == (8, "nccl", 0)
+        assert place_ranks("auto", 4, 2, True).backend == "gloo"  # too few GPUs: gloo
+
+    def test_xdist_workers_split_the_devices(self) -> None:
+        # 8 GPUs, --gpus 4, two workers: gw0 takes 0..3, gw1 takes 4..7
+        assert place_ranks("nccl", 4, 8, True, 0, 2).device_offset == 0
+        assert place_ranks("nccl", 4, 8, True, 1, 2).device_offset == 4
+        # without --gpus each worker gets its share of the visible devices
+        p = place_ranks("auto", None, 8, True, 3, 4)
+        assert (p.world_size, p.backend, p.device_offset) == (2, "nccl", 6)
+
+    def test_too_few_gpus_for_an_xdist_worker(self) -> None:
+        with pytest.raises(ConfigError, match=r"needs 8 GPUs \(one per rank for xdist worker "
+                                              r"gw1 of 2, which takes devices 4\.\.7\) but 6 "
+                                              r"are visible"):
+            place_ranks("nccl", 4, 6, True, 1, 2)
+        assert place_ranks("auto", 4, 6, True, 1, 2).backend == "gloo"
+
+    def test_nccl_without_cuda(self) -> None:
+        with pytest.raises(ConfigError, match="no CUDA/NCCL support"):
+            place_ranks("nccl", 2, 0, False)
+
+
+def test_records_round_trip_through_json() -> None:
+    env = Environment("gloo", "cpu", "Some CPU", 0, 4, "2.13.0+cpu", "")
+    metric = Metric("all_reduce.16MiB.busbw_gbps", 1.5, "GB/s", True, (1.4, 1.5, 1.6),
+                    ranks=(1,), hint="look at rank 1")
+    record = TestRecord("t.py::test", 4, [metric], [{"label": "x", "result": {"a": 1}}])
+    record.remeasure["x"] = lambda: [metric]  # transient: never serialised
+    data = json.loads(json.dumps(to_dict(record)))
+    assert "remeasure" not in data
+    back = from_dict(TestRecord, data)
+    assert back.metrics == [metric] and back.results == record.results
+    assert from_dict(Environment, to_dict(env)) == env
+    assert env.key() == "gloo-cpu-w4-torch2.13.0"
+
+
+def test_measure_result_takes_the_slowest_rank_per_iteration() -> None:
+    r = MeasureResult.from_per_rank("x", [[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]])
+    assert r.samples == (3.0, 5.0, 2.5)
+    assert r.time_s == 3.0
+    (metric,) = r.metrics()
+    assert (metric.name, metric.higher_is_better, metric.samples) == ("x.time_s", False,
+                                                                      (3.0, 5.0, 2.5))
+    assert math.isnan(MeasureResult.from_per_rank("y", []).time_s)
+
+
+def test_thresholds() -> None:
+    limits = resolve_thresholds({"max_imbalance": 0.5}, {"min_scaling_efficiency": 0.9})
+    assert limits == {"max_comm_overhead": 0.30, "max_imbalance": 0.5,
+                      "min_scaling_efficiency": 0.9}
+    metrics = [
+        Metric("comm_overhead", 0.30, "fraction", threshold="max_comm_overhead"),  # not < 0.30
+        Metric("imbalance", 0.49, "fraction", threshold="max_imbalance"),
+        Metric("scaling_efficiency.w2", 0.9, "fraction", True, threshold="min_scaling_efficiency"),
+        Metric("scaling_efficiency.w4", 0.7, "fraction", True, threshold="min_scaling_efficiency",
+               ranks=(3,), hint="check rank 3"),
+        Metric("step_time_s", 10.0, "s"),  # no threshold: never a breach
+    ]
+    breaches = check_thresholds(metrics, limits)
+    assert [b.metric for b in breaches] == ["comm_overhead", "scaling_efficiency.w4"]
+    text = breaches[1].describe()
+    assert "scaling_efficiency.w4 = 0.700 is below min_scaling_efficiency = 0.900" in text
+    assert "ranks involved: 3" in text and "suggestion: check rank 3" in text
+    assert "exceeds max_comm_overhead = 0.300" in breaches[0].describe()
