@@ -162,8 +162,8 @@ def _ms(seconds: float) -> str:
 def communication_summary(calls: Iterable[CommCall]) -> list[CommSummary]:
     """Per collective type: count, bytes, time, average and peak bandwidth, the slowest call.
 
-    Most time first.  Calls with a zero or negative time count towards ``count`` and bytes but
-    not towards bandwidths.
+    Most time first.  Calls with a zero, negative or unknown time count towards ``count`` and
+    ``total_bytes`` but not towards the time and the bandwidths.
     """
     by_op: dict[str, list[CommCall]] = {}
     for call in calls:
@@ -175,8 +175,9 @@ def communication_summary(calls: Iterable[CommCall]) -> list[CommSummary]:
         total_time = sum(c.time_s for c in timed)
         peak = max((c.nbytes / c.time_s / 1e9 for c in timed), default=0.0)
         slowest = max(timed, key=lambda c: c.time_s) if timed else None
+        timed_bytes = sum(max(0, c.nbytes) for c in timed)
         out.append(CommSummary(op, len(group), total_bytes, total_time,
-                               _ratio(total_bytes, total_time) / 1e9, peak, slowest))
+                               _ratio(timed_bytes, total_time) / 1e9, peak, slowest))
     return sorted(out, key=lambda s: (-s.total_time_s, s.op))
 
 
@@ -385,7 +386,8 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
 
     * step time: median over steps of the slowest rank's synchronised step;
     * compute time: the same over steps without gradient synchronisation;
-    * comm overhead: (step - compute) / step, clamped to 0..1 (0 without no-sync samples);
+    * comm overhead: (step - compute) / step, clamped to 0..1 (0 without no-sync samples),
+      from the ``COMPUTE_QUANTILE`` of both per-step series rather than their medians;
     * per rank: compute = the ``COMPUTE_QUANTILE`` of its no-sync steps; blocked = the median
       of (its synchronised step - its no-sync step); wait = blocked - the least blocked rank's
       (the rank the others wait for waits least);
@@ -403,8 +405,14 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
     compute_time = median(no_sync_s)
     if compute_time is None:
         compute_time = step_time
-    comm_overhead = _clamp01(_ratio(step_time - compute_time, step_time))
-    exposed = max(0.0, step_time - compute_time)
+    # The exposed share from the fast ends of both distributions: noise only adds time, and
+    # it adds it to both kinds of step; the medians' difference carries that noise.
+    fast_step = quantile(steps_s, COMPUTE_QUANTILE) or 0.0
+    fast_no_sync = quantile(no_sync_s, COMPUTE_QUANTILE)
+    if fast_no_sync is None:
+        fast_no_sync = fast_step
+    comm_overhead = _clamp01(_ratio(fast_step - fast_no_sync, fast_step))
+    exposed = comm_overhead * step_time
 
     # Load balance works on dense per-rank lists (index = rank number); a rank without a
     # record is missing there.

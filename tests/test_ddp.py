@@ -1,0 +1,249 @@
+"""``ddp_step_timer`` end to end: real DDP and FSDP2 on gloo ranks, driven through pytester.
+
+One generated test module runs in one pytest subprocess (one rank pool) to keep the suite
+fast.  Timing verdicts rest only on effects no noise can hide: a rank made 4x slower by a
+sleep, 16 MiB of gradients against a batch of one row, a per-step sleep that strong scaling
+cannot shrink.  Tests expected to fail on a threshold print ``BODY-OK`` when their own
+assertions passed, so that the failure is known to be the threshold's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+MODULE = r'''
+import json
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pytest_distperf.records import StepTiming, from_dict, to_dict
+
+PHASES = {"forward", "backward", "optimizer", "step", "no_sync_step"}
+
+
+class Sleepy(torch.nn.Module):
+    """A step whose work is a sleep in forward: no noise of a shared machine can hide a 4x
+    difference between ranks."""
+
+    def __init__(self, base=0.05, slow_rank=None, slow=0.2):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+        self.base, self.slow_rank, self.slow = base, slow_rank, slow
+
+    def forward(self, x):
+        time.sleep(self.slow if dist.get_rank() == self.slow_rank else self.base)
+        return self.lin(x)
+
+
+def batch(rank):
+    return torch.randn(8, 32)
+
+
+def big_model():
+    # 4 x (1024 x 1024 + 1024) float32 parameters: 16 MiB of gradients per step
+    return torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)])
+
+
+BIG_BYTES = 4 * (1024 * 1024 + 1024) * 4
+
+
+def compute_model():
+    # little to synchronise (130 KB), a lot to compute (8192 rows: ~150 ms a step here)
+    return torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(),
+                               torch.nn.Linear(128, 128))
+
+
+def kinds(result):
+    return [b.kind for b in result.bottlenecks]
+
+
+def test_balanced(ddp_step_timer):
+    t = ddp_step_timer(Sleepy, batch, steps=10, warmup=2)  # 50 ms on both ranks
+    assert (t.world_size, t.wrapper, t.steps) == (2, "ddp", 10)
+    assert t.stragglers == [] and t.imbalance < 0.10
+    assert not {"imbalance", "straggler"} & set(kinds(t))
+    assert t.step_time_s >= 0.05 and t.compute_time_s >= 0.05
+    assert t.throughput == pytest.approx(16 / t.step_time_s)
+    assert set(t.phases) == PHASES
+    assert len(t.per_rank) == 2
+    for r in t.per_rank:
+        assert r.batch_size == 8 and not r.straggler
+        assert r.compute_time_s >= 0.05 and r.phases["forward"].median_s >= 0.05
+        assert r.peak_memory_bytes > 0 and r.memory_source == "rss"
+        assert r.memory_capacity_bytes > 0
+    (ar,) = t.communication
+    assert ar.op == "all_reduce" and ar.count >= 2 * 10 and ar.total_bytes > 0
+    assert ar.slowest is not None
+    assert t.comm_time_s is not None and t.comm_time_s > 0
+    assert 0.0 <= t.overlap <= 1.0
+    assert len(t.samples["step_s"]) == 10 and len(t.samples["imbalance"]) == 10
+    assert from_dict(StepTiming, json.loads(json.dumps(to_dict(t)))) == t
+
+
+def test_straggler(ddp_step_timer):
+    # rank 1 sleeps 80 ms per step, rank 0 20 ms
+    t = ddp_step_timer(lambda: Sleepy(0.02, slow_rank=1, slow=0.08), batch, steps=8, warmup=2)
+    assert t.stragglers == [1]
+    assert t.imbalance > 0.5
+    assert "imbalance" in kinds(t) and "straggler" in kinds(t)
+    (strag,) = [b for b in t.bottlenecks if b.kind == "straggler"]
+    assert strag.ranks == (1,)
+    r0, r1 = t.per_rank
+    assert r1.straggler and not r0.straggler
+    assert r1.compute_time_s > 2 * r0.compute_time_s
+    assert r0.wait_time_s > r1.wait_time_s  # the rank the others wait for waits least
+    assert t.batch_shares[0] > t.batch_shares[1] >= 0.05
+    assert sum(t.batch_shares) == pytest.approx(1.0)
+    assert any("rebalance" in line for line in t.recommendations)
+    assert t.comm_overhead < 0.30  # waiting for a straggler is not communication
+    print("BODY-OK straggler")
+
+
+def test_comm_heavy(ddp_step_timer):
+    t = ddp_step_timer(big_model, lambda rank: torch.randn(1, 1024), steps=10, warmup=2)
+    assert t.comm_overhead > 0.5
+    assert "communication" in kinds(t)
+    (ar,) = t.communication
+    assert ar.total_bytes == 2 * 10 * BIG_BYTES
+    assert ar.avg_bandwidth_gbps > 0 and ar.peak_bandwidth_gbps >= ar.avg_bandwidth_gbps
+    print("BODY-OK comm")
+
+
+@pytest.mark.distperf(max_imbalance=10.0)  # CPU-bound ranks on a shared machine: noisy
+def test_compute_heavy(ddp_step_timer):
+    t = ddp_step_timer(compute_model, lambda rank: torch.randn(8192, 128), steps=10, warmup=2)
+    assert t.comm_overhead < 0.30
+    assert "communication" not in kinds(t)
+
+
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+def test_fsdp(ddp_step_timer):
+    t = ddp_step_timer(lambda: torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                                   torch.nn.Linear(64, 8)),
+                       lambda rank: torch.randn(8, 64), steps=5, warmup=1, wrapper="fsdp")
+    assert (t.world_size, t.wrapper, t.steps) == (2, "fsdp", 5)
+    assert t.step_time_s > 0 and len(t.per_rank) == 2
+    assert t.phases["backward"].count == 5
+    assert t.communication == [] and t.comm_time_s is None and t.overlap is None
+
+
+@pytest.mark.distperf(min_scaling_efficiency=0.25)  # a loaded 2-core machine: far from 1.0
+def test_weak_scaling(ddp_step_timer):
+    r = ddp_step_timer.scaling(Sleepy, batch, world_sizes=(2, 1), steps=6, warmup=1)
+    assert r.mode == "weak"
+    assert [p.world_size for p in r.points] == [1, 2]
+    assert r.efficiency[1] == 1.0 and r.points[0].speedup == 1.0
+    assert r.efficiency[2] > 0.25
+    assert r.points[1].throughput > r.points[0].throughput
+
+
+def test_strong_scaling(ddp_step_timer):
+    # a fixed sleep per step: splitting the global batch over 2 ranks cannot make it faster
+    r = ddp_step_timer.scaling(lambda: Sleepy(0.02), lambda rank: torch.randn(16, 32),
+                               world_sizes=(1, 2), mode="strong", steps=6, warmup=1)
+    assert r.efficiency[1] == 1.0
+    assert r.efficiency[2] < 0.7
+    for p in r.points:  # the global batch is the same at both sizes
+        assert p.throughput * p.step_time_s == pytest.approx(16)
+    assert [b.kind for b in r.bottlenecks] == ["low_scaling"]
+    print("BODY-OK strong")
+
+
+def test_refusals(ddp_step_timer):
+    with pytest.raises(ValueError, match=r"asks for 4 ranks but only 2 are available "
+                                         r"\(--gpus 2\)"):
+        ddp_step_timer.scaling(Sleepy, batch, world_sizes=(1, 2, 4))
+    with pytest.raises(ValueError, match=r"asks for 3 ranks but only 2 are available"):
+        ddp_step_timer(Sleepy, batch, world_size=3)
+    with pytest.raises(ValueError, match="wrapper must be one of ddp, fsdp"):
+        ddp_step_timer(Sleepy, batch, wrapper="zero")
+    with pytest.raises(ValueError, match="mode must be one of weak, strong"):
+        ddp_step_timer.scaling(Sleepy, batch, world_sizes=(1, 2), mode="diagonal")
+    with pytest.raises(ValueError, match="steps must be an int >= 1"):
+        ddp_step_timer(Sleepy, batch, steps=0)
+
+
+def test_bad_batch(ddp_step_timer):
+    ddp_step_timer(Sleepy, lambda rank: [1, 2, 3], steps=1, warmup=0)
+'''
+
+
+def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
+    pytester.makepyfile(test_gen=MODULE)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(
+        "--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA",
+        "--distperf-json", str(report))
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return result, data
+
+
+def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
+    result, data = run_module(pytester)
+    result.assert_outcomes(passed=5, failed=4)
+    out = result.stdout
+
+    # balanced, compute-heavy, FSDP2 and weak scaling pass on their thresholds
+    for name in ("test_balanced", "test_compute_heavy", "test_fsdp", "test_weak_scaling",
+                 "test_refusals"):
+        out.fnmatch_lines([f"PASSED test_gen.py::{name}*"])
+
+    # the straggler is named and fails max_imbalance with the ranks and the batch shares
+    out.fnmatch_lines([
+        "*_ test_straggler _*",
+        "distperf: 1 threshold breach(es) in test_gen.py::test_straggler:",
+        "  imbalance = * exceeds max_imbalance = 0.100 (ranks involved: 1)",
+        "    suggestion: rebalance the per-rank batch to rank 0: *%, rank 1: *% of the "
+        "global batch*",
+        "*BODY-OK straggler*",
+    ])
+    # a large model with tiny compute fails max_comm_overhead
+    out.fnmatch_lines([
+        "*_ test_comm_heavy _*",
+        "  comm_overhead = * exceeds max_comm_overhead = 0.300",
+        "    suggestion: *",
+        "*BODY-OK comm*",
+    ])
+    # scaling efficiency is recorded and checked against its threshold
+    out.fnmatch_lines([
+        "*_ test_strong_scaling _*",
+        "  scaling_efficiency.w2 = * is below min_scaling_efficiency = 0.800",
+        "    suggestion: *",
+        "*BODY-OK strong*",
+    ])
+    # an error on the ranks comes back with the rank and the reason
+    out.fnmatch_lines(["*rank 0 raised TypeError: ddp_step_timer: batch_fn(rank) must "
+                       "return a tensor or a tuple of tensors, got int, int, int*"])
+    assert "AssertionError" not in out.str()
+
+    # the summary and the JSON report carry the metrics and the results
+    out.fnmatch_lines(["*distperf summary*"])
+    out.fnmatch_lines(["test_gen.py::test_balanced [[]2 ranks[]] ok",
+                       "    step_time_s *", "    throughput * samples/s",
+                       "    comm_overhead *", "    imbalance *"])
+    out.fnmatch_lines(["test_gen.py::test_weak_scaling [[]2 ranks[]] ok",
+                       "    scaling_throughput.w1 *", "    scaling_throughput.w2 *",
+                       "    scaling_efficiency.w2 *"])
+    tests = {t["nodeid"].split("::")[1]: t for t in data["tests"]}
+    straggler = tests["test_straggler"]
+    assert straggler["results"][0]["result"]["stragglers"] == [1]
+    imbalance = next(m for m in straggler["metrics"] if m["name"] == "imbalance")
+    assert imbalance["threshold"] == "max_imbalance" and imbalance["ranks"] == [1]
+    assert len(imbalance["samples"]) == 8
+    names = [m["name"] for m in tests["test_balanced"]["metrics"]]
+    assert names == ["step_time_s", "throughput", "comm_overhead", "imbalance"]
+
+
+def test_ddp_step_timer_is_skipped_without_distperf(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_skip="""
+        def test_timer(ddp_step_timer):
+            raise AssertionError("must not run")
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*--distperf*"])
