@@ -412,6 +412,21 @@ def ddp_step_timer(request: pytest.FixtureRequest) -> Any:
     return DDPStepTimer(group, resolve_thresholds(marker_settings(request.node)))
 
 
+@pytest.fixture
+def dist_profiler(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """Profile a function on every rank: ``dist_profiler(fn, *args, world_size=None,
+    **kwargs) -> ProfileReport``; the ranks' traces are merged into one Chrome/Perfetto file
+    in ``--distperf-trace DIR`` (default: the test's ``tmp_path``)."""
+    from pytest_distperf.profiler import DistProfiler
+
+    session = get_session(request.config)
+    group = make_group(request)
+    return DistProfiler(group, trace_dir=session.cfg.trace_dir or tmp_path,
+                        nodeid=request.node.nodeid,
+                        limits=resolve_thresholds(marker_settings(request.node)),
+                        write=session.is_reporter)
+
+
 def make_group(request: pytest.FixtureRequest) -> Any:
     """The test's :class:`~pytest_distperf.group.DistGroup`, recording into its record."""
     from pytest_distperf.group import DistGroup

@@ -535,3 +535,94 @@ class ScalingResult:
                 return p
         raise KeyError(f"no scaling point for world size {world_size}; measured: "
                        f"{', '.join(str(p.world_size) for p in self.points)}")
+
+
+# -- dist_profiler: merged multi-rank traces and what they show ------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankProfile:
+    """One rank's figures in a :class:`ProfileReport`, over the profiled call (seconds).
+
+    ``compute_time_s`` is the time this rank did not spend in exposed communication (the time
+    it did not wait on others); ``busy_compute_s`` the time some compute operator or kernel
+    ran; ``overlap`` the part of the communication time during which compute ran (0..1);
+    ``comm_overhead`` exposed communication / wall time.
+    """
+
+    rank: int
+    wall_time_s: float
+    compute_time_s: float
+    busy_compute_s: float
+    comm_time_s: float
+    exposed_comm_s: float
+    overlap: float
+    comm_overhead: float
+    collectives: int  # collectives issued (send/recv not counted)
+    comm_bytes: int  # bytes of every collective and send/recv, nccl-tests' message sizes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CollectiveStat:
+    """One kind of collective in a profile: calls and bytes per rank (the most any rank had;
+    a message's bytes are nccl-tests' size: the largest buffer), time summed over the calls
+    (the mean over ranks, and per rank)."""
+
+    name: str  # all_reduce, all_gather, reduce_scatter, broadcast, send, ...
+    count: int
+    bytes: int
+    total_time_s: float
+    per_rank_time_s: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProfileReport:
+    """What ``dist_profiler`` found in the merged trace of one profiled call.
+
+    ``comm_overhead`` and ``overlap`` are those of ``reference_rank``, the rank that waited
+    least (the one the others waited for): waiting on a straggler shows up in ``imbalance``
+    ((max - min) / mean of per-rank compute time), not twice.  ``desync`` is empty when every
+    rank ran the same collectives in the same order; otherwise it says what differed and no
+    figure is trusted (:meth:`metrics` is empty).  ``results`` are ``fn``'s return values by
+    rank (not stored).
+    """
+
+    trace_path: str
+    world_size: int
+    comm_source: str  # "record_param_comms", "c10d ops" or "none"
+    wall_time_s: float
+    comm_overhead: float
+    overlap: float
+    imbalance: float
+    stragglers: tuple[int, ...]
+    reference_rank: int
+    per_rank: tuple[RankProfile, ...]
+    collectives: tuple[CollectiveStat, ...]
+    desync: str
+    bottlenecks: tuple[Bottleneck, ...]
+    recommendations: tuple[str, ...]
+    imbalance_cv: float = 0.0
+    batch_shares: tuple[float, ...] = ()
+    results: tuple[Any, ...] = dataclasses.field(
+        default=(), repr=False, compare=False, metadata={"transient": True})
+
+    def collective(self, name: str) -> CollectiveStat | None:
+        """The stats of one collective (``"all_reduce"``), or None when it did not run."""
+        return next((c for c in self.collectives if c.name == name), None)
+
+    def metrics(self, prefix: str = "profile", world_size: int = 0) -> list[Metric]:
+        """``<prefix>.comm_overhead``, ``<prefix>.imbalance`` and, where there was
+        communication, ``<prefix>.overlap``; none when the ranks were out of step."""
+        if self.desync:
+            return []
+        hints = {b.kind: b.suggestion for b in reversed(self.bottlenecks)}
+        out = [
+            Metric(f"{prefix}.comm_overhead", self.comm_overhead, "fraction", False,
+                   threshold="max_comm_overhead", hint=hints.get("communication", ""),
+                   world_size=world_size),
+            Metric(f"{prefix}.imbalance", self.imbalance, "fraction", False,
+                   threshold="max_imbalance", ranks=self.stragglers,
+                   hint=hints.get("imbalance", ""), world_size=world_size),
+        ]
+        if any(p.comm_time_s > 0 for p in self.per_rank):
+            out.append(Metric(f"{prefix}.overlap", self.overlap, "fraction", True,
+                              hint=hints.get("low_overlap", ""), world_size=world_size))
+        return out

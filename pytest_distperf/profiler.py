@@ -1,0 +1,183 @@
+"""``dist_profiler``: run a function on every rank under ``torch.profiler``, merge the ranks'
+traces into one Chrome/Perfetto trace and analyse it.
+
+Two halves: :func:`profile_on_rank` runs inside each rank (torch, imported there) and sends its
+trace back as compressed JSON; :class:`DistProfiler` is the fixture's object in the
+controller, which merges the traces (:func:`~pytest_distperf.traces.merge_traces`), writes
+the one file and analyses it (:func:`~pytest_distperf.traces.analyse`).  Importing this
+module does not import torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_distperf.records import Metric, ProfileReport
+from pytest_distperf.traces import (
+    REGION_NAME,
+    DesyncError,
+    analyse,
+    load_trace,
+    merge_traces,
+    trace_file_name,
+)
+
+if TYPE_CHECKING:
+    from pytest_distperf.group import DistGroup
+
+#: Untimed calls of ``fn`` before the profiled one: first calls pay for connection set-up,
+#: allocator growth and lazy initialisation, which is not what a profile should show.
+DEFAULT_WARMUP = 1
+
+
+def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    warmup: int, record_shapes: bool, with_stack: bool,
+                    profile_memory: bool) -> tuple[bytes, Any]:
+    """What every rank runs: ``warmup`` plain calls, a barrier, one call under the profiler.
+
+    The profiled call is wrapped in a ``distperf:profiled_call`` annotation (the region the
+    analysis measures); on CUDA the device is synchronised inside it so that the region covers
+    the kernels the call launched.  Returns (zlib-compressed Chrome trace JSON, ``fn``'s
+    result).
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from pytest_distperf.worker import set_phase
+
+    on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
+    for i in range(warmup):
+        set_phase(f"dist_profiler: warm-up call {i + 1}/{warmup}")
+        fn(*args, **kwargs)
+    if on_cuda:
+        torch.cuda.synchronize()
+    set_phase("dist_profiler: barrier before the profiled call")
+    dist.barrier()
+    activities = [ProfilerActivity.CPU]
+    if on_cuda:
+        activities.append(ProfilerActivity.CUDA)
+    set_phase("dist_profiler: profiled call")
+    with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
+                  profile_memory=profile_memory) as prof,
+          record_function(REGION_NAME)):
+        result = fn(*args, **kwargs)
+        if on_cuda:
+            torch.cuda.synchronize()
+    set_phase("dist_profiler: exporting the trace")
+    with tempfile.TemporaryDirectory(prefix="distperf-trace-") as tmp:
+        path = os.path.join(tmp, f"rank{dist.get_rank()}.json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as f:
+            data = f.read()
+    return zlib.compress(data, 1), result
+
+
+class DistProfiler:
+    """The ``dist_profiler`` fixture: ``dist_profiler(fn, *args, world_size=None, **kwargs)``.
+
+    Each call runs ``fn(*args, **kwargs)`` on the first ``world_size`` ranks (default: the
+    test's group) ``warmup`` times, then once under ``torch.profiler``; merges the ranks'
+    traces into one file in ``trace_dir`` (one process per rank) and returns its
+    :class:`~pytest_distperf.records.ProfileReport`.  The report's metrics are recorded for
+    the test's verdict: ``profile.comm_overhead`` (threshold ``max_comm_overhead``),
+    ``profile.imbalance`` (``max_imbalance``, stragglers as ranks), ``profile.overlap``
+    (higher is better); the n-th call of a test records ``profile<n>.*``.
+
+    Settings (attributes, change them before calling): ``warmup`` (default 1),
+    ``record_shapes`` (True: gives the message sizes of gloo collectives), ``with_stack``,
+    ``profile_memory`` (False), ``check_desync`` (True: ranks that ran different collectives
+    raise :class:`~pytest_distperf.traces.DesyncError`; False: the report says so in
+    ``desync`` and nothing is recorded).
+    """
+
+    def __init__(self, group: DistGroup, *, trace_dir: Path, nodeid: str,
+                 limits: Mapping[str, float] | None = None, write: bool = True) -> None:
+        self._group = group
+        self._trace_dir = Path(trace_dir)
+        self._nodeid = nodeid
+        self._limits = dict(limits or {})
+        self._write = write
+        self.warmup = DEFAULT_WARMUP
+        self.record_shapes = True
+        self.with_stack = False
+        self.profile_memory = False
+        self.check_desync = True
+        self.reports: list[ProfileReport] = []
+
+    @property
+    def trace_dir(self) -> Path:
+        return self._trace_dir
+
+    def __repr__(self) -> str:
+        return f"<DistProfiler {self._group!r} traces in {self._trace_dir}>"
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+                 **kwargs: Any) -> ProfileReport:
+        __tracebackhide__ = True
+        if not callable(fn):
+            raise TypeError(f"dist_profiler() needs a callable, got {fn!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"dist_profiler.warmup must be an int >= 0, got {self.warmup!r}")
+        size = self._group.world_size if world_size is None else int(world_size)
+        if size < 1:
+            raise ValueError(f"dist_profiler(): world_size must be at least 1, got {world_size}")
+        index = len(self.reports) + 1
+        prefix = "profile" if index == 1 else f"profile{index}"
+        metric_size = 0 if size == self._group.world_size else size
+        name = getattr(fn, "__qualname__", repr(fn))
+        label = f"dist_profiler({name})" if index == 1 else f"dist_profiler#{index}({name})"
+        path = self._trace_dir / trace_file_name(self._nodeid, index) if self._write else None
+
+        report = self._profile(fn, args, kwargs, size, label, path)
+        self.reports.append(report)
+        if report.desync and self.check_desync:
+            self._group.record(label, [], report)
+            where = f"\nmerged trace: {report.trace_path}" if report.trace_path else ""
+            raise DesyncError(f"{label}: {report.desync}{where}", report)
+
+        def remeasure() -> list[Metric]:
+            return self._profile(fn, args, kwargs, size, label, None).metrics(prefix,
+                                                                               metric_size)
+
+        self._group.record(label, report.metrics(prefix, metric_size), report, remeasure)
+        return report
+
+    def _profile(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 size: int, label: str, path: Path | None) -> ProfileReport:
+        __tracebackhide__ = True
+        replies = self._group.call(
+            profile_on_rank,
+            (fn, args, kwargs, self.warmup, self.record_shapes, self.with_stack,
+             self.profile_memory),
+            {}, label, world_size=size)
+        traces = [load_trace(zlib.decompress(blob)) for blob, _ in replies]
+        results = [result for _, result in replies]
+        if path is not None:
+            write_trace(path, merge_traces(traces))
+            sys.stdout.write(f"distperf: merged trace of {len(traces)} ranks written to "
+                             f"{path}\n")
+        return analyse(traces, limits=self._limits, trace_path=str(path) if path else "",
+                       results=results)
+
+
+def write_trace(path: Path, trace: Mapping[str, Any]) -> None:
+    """Write a trace atomically (a temp file renamed into place), creating the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(trace, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,239 @@
+"""The ``dist_profiler`` fixture end to end: real pytest runs with two real gloo ranks; and the
+fixture object's bookkeeping (trace file, metric names, desync, re-measurement) on traces
+handed to it by a stand-in group."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_distperf.profiler import DistProfiler, profile_on_rank
+from pytest_distperf.records import Metric, ProfileReport
+from pytest_distperf.traces import REGION_NAME, DesyncError
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+BASE = ("-p", "no:cacheprovider", "--distperf", "--gpus", "2")
+
+# One generated module, one pytest run, one pool: the trace layout, the report's structure, a
+# second profile and a one-rank subgroup, and a straggler that fails the test's verdict.
+PROFILE_TESTS = r'''
+import json, os, time
+from pathlib import Path
+import pytest
+import torch
+import torch.distributed as dist
+
+TRACE_DIR = Path(os.environ["DISTPERF_TRACE_DIR"])
+LENIENT = pytest.mark.distperf(max_comm_overhead=1.5, max_imbalance=1e6)
+
+def step():
+    t = torch.ones(1 << 14)
+    x = torch.randn(128, 128)
+    dist.all_reduce(t)
+    work = dist.all_reduce(t, async_op=True)
+    for _ in range(4):
+        x = (x @ x).tanh()
+    work.wait()
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    return dist.get_rank()
+
+@LENIENT
+def test_profile_structure(dist_profiler):
+    report = dist_profiler(step)
+    assert report.results == (0, 1)
+    assert report.desync == "" and report.world_size == 2
+    assert report.comm_source == "c10d ops"
+    path = Path(report.trace_path)
+    assert path.parent == TRACE_DIR and path.is_file()
+    events = json.loads(path.read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 1}
+    assert sorted(e["args"]["name"] for e in events
+                  if e["ph"] == "M" and e["name"] == "process_name") == ["rank 0", "rank 1"]
+    assert {e["pid"] for e in events if e.get("name") == "gloo:all_reduce"} == {0, 1}
+    all_reduce = report.collective("all_reduce")
+    assert (all_reduce.count, all_reduce.bytes) == (3, 3 * 4 * (1 << 14))
+    assert report.collective("broadcast").count == 1
+    assert 0.0 <= report.overlap <= 1.0 and 0.0 <= report.comm_overhead <= 1.0
+    assert [p.rank for p in report.per_rank] == [0, 1]
+    assert all(p.collectives == 4 for p in report.per_rank)
+
+@LENIENT
+def test_second_profile_and_one_rank(dist_profiler):
+    dist_profiler.warmup = 0
+    dist_profiler(step)
+    one = dist_profiler(lambda: dist.get_world_size(), world_size=1)
+    assert one.results == (1,) and one.world_size == 1 and one.collectives == ()
+    assert one.trace_path.endswith(".2.trace.json")
+
+@pytest.mark.distperf(max_comm_overhead=1.5)
+def test_straggler_fails_the_verdict(dist_profiler):
+    def uneven():
+        t = torch.ones(16)
+        for _ in range(3):
+            time.sleep(0.2 if dist.get_rank() == 1 else 0.05)
+            dist.all_reduce(t)
+    dist_profiler.warmup = 0
+    report = dist_profiler(uneven)
+    assert report.stragglers == (1,)
+    imbalance = next(b for b in report.bottlenecks if b.kind == "imbalance")
+    assert imbalance.ranks == (1,)
+    assert report.batch_shares[0] > report.batch_shares[1]
+'''
+
+DEFAULT_DIR_TEST = r'''
+from pathlib import Path
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.distperf(max_comm_overhead=1.5, max_imbalance=1e6)
+def test_trace_in_tmp_path(dist_profiler, tmp_path):
+    dist_profiler.warmup = 0
+    report = dist_profiler(lambda: dist.all_reduce(torch.ones(4)))
+    assert Path(report.trace_path).parent == tmp_path and Path(report.trace_path).is_file()
+'''
+
+
+def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    trace_dir = tmp_path / "traces"
+    report_json = tmp_path / "report.json"
+    monkeypatch.setenv("DISTPERF_TRACE_DIR", str(trace_dir))
+    pytester.makepyfile(test_profiled=PROFILE_TESTS)
+    result = pytester.runpytest_subprocess(*BASE, "--distperf-trace", str(trace_dir),
+                                           "--distperf-json", str(report_json))
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_straggler_fails_the_verdict*",
+                                 "*profile.imbalance*max_imbalance*"])
+    failure = result.stdout.str().split("test_straggler_fails_the_verdict", 1)[1]
+    assert "ranks involved: 1" in failure or "rank 1" in failure
+
+    files = sorted(p.name for p in trace_dir.iterdir())
+    assert files == ["test_profiled.py__test_profile_structure.trace.json",
+                     "test_profiled.py__test_second_profile_and_one_rank.2.trace.json",
+                     "test_profiled.py__test_second_profile_and_one_rank.trace.json",
+                     "test_profiled.py__test_straggler_fails_the_verdict.trace.json"]
+
+    tests = {t["nodeid"].split("::")[-1]: t for t in json.loads(report_json.read_text())["tests"]}
+    second = tests["test_second_profile_and_one_rank"]
+    metrics = {m["name"]: m for m in second["metrics"]}
+    assert {"profile.comm_overhead", "profile.imbalance", "profile.overlap",
+            "profile2.comm_overhead", "profile2.imbalance"} <= set(metrics)
+    assert "profile2.overlap" not in metrics  # one rank: nothing communicated
+    assert metrics["profile2.imbalance"]["world_size"] == 1
+    stored = second["results"][0]["result"]
+    assert stored["trace_path"].endswith(".trace.json") and "results" not in stored
+    straggler = {m["name"]: m for m in tests["test_straggler_fails_the_verdict"]["metrics"]}
+    assert straggler["profile.imbalance"]["ranks"] == [1]
+
+
+def test_default_trace_dir_is_the_tests_tmp_path(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_default_dir=DEFAULT_DIR_TEST)
+    # one rank is enough here, and cheaper to start
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distperf", "--gpus", "1")
+    result.assert_outcomes(passed=1)
+
+
+# -- the fixture object, fed hand-made traces by a stand-in group --------------------------------
+def _trace(rank: int, comms: Sequence[str]) -> dict[str, Any]:
+    """A minimal gloo-shaped trace: one c10d call and its gloo run per collective."""
+    ev: list[dict[str, Any]] = [{"ph": "X", "cat": "user_annotation", "name": REGION_NAME,
+                                 "pid": 10, "tid": 10, "ts": 0, "dur": 1000, "args": {}}]
+    for i, name in enumerate(comms):
+        ts = 100 + 200 * i
+        ev.append({"ph": "X", "cat": "cpu_op", "name": f"c10d::{name.replace('_', '')}_",
+                   "pid": 10, "tid": 10, "ts": ts, "dur": 5,
+                   "args": {"Input Dims": [[[256]]], "Input type": ["TensorList"]}})
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"gloo:{name}", "pid": 10,
+                   "tid": 11, "ts": ts + 2, "dur": 50,
+                   "args": {"Input Dims": [[256]], "Input type": ["float"]}})
+    return {"baseTimeNanoseconds": 10**18, "traceEvents": ev,
+            "distributedInfo": {"rank": rank, "world_size": 2}}
+
+
+class StandInGroup:
+    """Answers ``call`` with prepared traces, as the ranks would; keeps what is recorded."""
+
+    world_size = 2
+
+    def __init__(self, *per_rank: Sequence[str]) -> None:
+        self.per_rank = per_rank
+        self.calls: list[tuple[Any, str, int | None]] = []
+        self.recorded: list[tuple[str, list[Metric], Any, Callable[[], Any] | None]] = []
+
+    def call(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], label: str,
+             world_size: int | None = None) -> list[Any]:
+        self.calls.append((fn, label, world_size))
+        size = world_size or self.world_size
+        return [(zlib.compress(json.dumps(_trace(r, self.per_rank[r])).encode()), r * 10)
+                for r in range(size)]
+
+    def record(self, label: str, metrics: Sequence[Metric], result: Any = None,
+               remeasure: Callable[[], Any] | None = None) -> None:
+        self.recorded.append((label, list(metrics), result, remeasure))
+
+
+def _profiler(group: StandInGroup, tmp_path: Path) -> DistProfiler:
+    return DistProfiler(group, trace_dir=tmp_path, nodeid="t.py::test_x",  # type: ignore[arg-type]
+                        limits={"max_comm_overhead": 0.3, "max_imbalance": 0.1})
+
+
+def test_profiler_writes_records_and_remeasures(tmp_path: Path) -> None:
+    group = StandInGroup(["all_reduce", "broadcast"], ["all_reduce", "broadcast"])
+    profiler = _profiler(group, tmp_path)
+    report = profiler(lambda: None)
+    assert isinstance(report, ProfileReport) and report.results == (0, 10)
+    fn, label, size = group.calls[0]
+    assert fn is profile_on_rank and label.startswith("dist_profiler(") and size == 2
+    assert Path(report.trace_path) == tmp_path / "t.py__test_x.trace.json"
+    merged = json.loads(Path(report.trace_path).read_text())
+    assert {e["pid"] for e in merged["traceEvents"]} == {0, 1}
+    label, metrics, result, remeasure = group.recorded[0]
+    assert result is report
+    assert [m.name for m in metrics] == ["profile.comm_overhead", "profile.imbalance",
+                                         "profile.overlap"]
+    assert remeasure is not None
+    assert [m.name for m in remeasure()] == [m.name for m in metrics]
+    assert len(list(tmp_path.iterdir())) == 1  # re-measuring writes no trace
+
+    second = profiler(lambda: None, world_size=1)
+    label2, metrics2, _, _ = group.recorded[-1]
+    assert label2.startswith("dist_profiler#2(") and group.calls[-1][2] == 1
+    assert {m.name for m in metrics2} == {"profile2.comm_overhead", "profile2.imbalance",
+                                          "profile2.overlap"}
+    assert all(m.world_size == 1 for m in metrics2)
+    assert second.trace_path.endswith("t.py__test_x.2.trace.json")
+
+
+def test_profiler_raises_on_desync_and_records_nothing_to_judge(tmp_path: Path) -> None:
+    group = StandInGroup(["all_reduce", "broadcast"], ["all_reduce", "all_gather"])
+    profiler = _profiler(group, tmp_path)
+    with pytest.raises(DesyncError, match=r"collective #2.*broadcast.*all_gather") as info:
+        profiler(lambda: None)
+    assert "merged trace:" in str(info.value)
+    assert info.value.report is not None and info.value.report.desync
+    assert group.recorded[-1][1] == []  # shown in the report, never judged
+
+    profiler.check_desync = False
+    report = profiler(lambda: None)
+    assert report.desync and group.recorded[-1][1] == []
+
+
+@pytest.mark.parametrize(("setting", "value", "error"), [
+    ("warmup", -1, ValueError), ("warmup", 1.5, ValueError),
+])
+def test_profiler_rejects_bad_settings(tmp_path: Path, setting: str, value: Any,
+                                       error: type[Exception]) -> None:
+    profiler = _profiler(StandInGroup([], []), tmp_path)
+    setattr(profiler, setting, value)
+    with pytest.raises(error, match=setting):
+        profiler(lambda: None)
+    with pytest.raises(TypeError, match="callable"):
+        _profiler(StandInGroup([], []), tmp_path)(42)  # type: ignore[arg-type]
