@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ import pytest
 
 from pytest_distperf.config import (
     DEFAULT_TIMEOUT_S,
+    DEFAULT_TOLERANCE,
     MARKER_KEYWORDS,
     ConfigError,
     DistperfConfig,
     parse_backend,
     parse_bool,
+    parse_fraction,
     parse_gpus,
     parse_timeout,
     validate_marker_kwargs,
@@ -40,6 +43,8 @@ HELP_TIMEOUT = (f"longest any one call on the ranks may take before they are dec
 HELP_JSON = "write a machine-readable report of every result and verdict to PATH"
 HELP_TRACE = "folder for merged multi-rank traces written by dist_profiler"
 HELP_STRICT = "treat inconclusive verdicts (too noisy to tell) as failures"
+HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
+                  "marker's tolerance and the baseline file's thresholds table override it")
 
 SKIP_REASON = ("distributed performance test: run with --distperf to enable it "
                "(and --gpus N to choose the world size)")
@@ -59,6 +64,7 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-json", "distperf_json", "str", HELP_JSON),
     ("--distperf-trace", "distperf_trace", "str", HELP_TRACE),
     ("--distperf-strict", "distperf_strict", "flag", HELP_STRICT),
+    ("--distperf-tolerance", "distperf_tolerance", "str", HELP_TOLERANCE),
 )
 
 
@@ -100,6 +106,8 @@ def build_config(config: pytest.Config) -> DistperfConfig:
             values[ini] = parse_backend(value, source)
         elif ini == "distperf_timeout":
             values[ini] = parse_timeout(value, source)
+        elif ini == "distperf_tolerance":
+            values[ini] = parse_fraction(value, flag, source)
         else:
             path = Path(str(value)).expanduser()
             values[ini] = path if path.is_absolute() else Path(config.rootpath, path)
@@ -113,6 +121,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         json_path=values.get("distperf_json"),
         trace_dir=values.get("distperf_trace"),
         strict=values.get("distperf_strict", False),
+        tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
     )
 
 
@@ -146,6 +155,7 @@ class DistperfSession:
         self.is_reporter = True
         self.is_xdist_worker = hasattr(config, "workerinput")
         self._environments: dict[int, Environment] = {}
+        self._baseline_files: dict[Path, Any] = {}
 
     # -- resolution (imports torch) -------------------------------------------------------
     def resolve(self) -> None:
@@ -258,17 +268,133 @@ class DistperfSession:
             self.records.append(record)
         return record
 
-    def judge(self, item: pytest.Item, record: TestRecord) -> str | None:
-        """Check the test's metrics; the failure text, or None when the test passes."""
+    def judge(self, item: pytest.Item, record: TestRecord,
+              noise_window: Any = None) -> str | None:
+        """Check the test's metrics against the thresholds and the stored baselines (or save
+        them with --distperf-save); the failure text, or None when the test passes.
+
+        ``noise_window`` holds the noise probe's figures of the test call
+        (:class:`~pytest_distperf.noise.NoiseFigures`).
+        """
+        from pytest_distperf import baseline
+
         marker = marker_settings(item)
-        limits = resolve_thresholds(marker)
+        env = self.environment(record.world_size)
+        file, file_error = None, ""
+        if self.is_reporter:
+            try:
+                file = self.baseline_file(item.nodeid)
+            except baseline.BaselineError as exc:
+                file_error = str(exc)
+        env_layer = file.thresholds(baseline.environment_id(env)) if file is not None else {}
+        limits = resolve_thresholds(env_layer, marker)
         breaches = check_thresholds(record.metrics, limits)
         record.breaches = [b.describe() for b in breaches]
-        if not breaches:
-            return None
-        lines = [f"distperf: {len(breaches)} threshold breach(es) in {item.nodeid}:"]
-        lines += [f"  {b.describe()}" for b in breaches]
-        return "\n".join(lines)
+        lines = []
+        if breaches:
+            lines = [f"distperf: {len(breaches)} threshold breach(es) in {item.nodeid}:"]
+            lines += [f"  {b.describe()}" for b in breaches]
+        tolerance = float(marker.get("tolerance", env_layer.get("tolerance", self.cfg.tolerance)))
+        lines += self._baseline_verdicts(item, record, file, file_error, tolerance, noise_window)
+        return "\n".join(lines) if lines else None
+
+    # -- baselines ------------------------------------------------------------------------
+    @property
+    def baselines_root(self) -> Path:
+        return self.cfg.baselines_dir or Path(self.config.rootpath, "perf_baselines")
+
+    def baseline_file(self, nodeid: str) -> Any:
+        """The parsed baseline file of ``nodeid``'s module (None when there is none yet);
+        BaselineError when it cannot be read.  Read once per session."""
+        from pytest_distperf import baseline
+
+        path = baseline.baseline_path(self.baselines_root, nodeid)
+        if path not in self._baseline_files:
+            self._baseline_files[path] = baseline.load(path)
+        return self._baseline_files[path]
+
+    def _measured_pids(self) -> list[int]:
+        """The processes a measurement runs in (the ranks), for the noise probe."""
+        if self.mode == "torchrun":
+            return [os.getpid()]
+        engine = self._engine
+        if engine is None or not getattr(engine, "alive", False):
+            return []
+        return list(engine.pids())
+
+    def noise_snapshot(self) -> Any:
+        from pytest_distperf import noise
+
+        return noise.snapshot(self._measured_pids())
+
+    def noise_since(self, start: Any) -> Any:
+        from pytest_distperf import noise
+
+        return noise.between(start, noise.snapshot(self._measured_pids()))
+
+    def _agree(self, labels: list[str]) -> list[str]:
+        """Under torchrun every rank must re-measure together: rank 0's choice wins."""
+        if self.mode != "torchrun":
+            return labels
+        return list(self.engine.execute(_echo, (labels,), {}, self.engine.world_size,
+                                        "distperf: agreeing on re-measurements")[0])
+
+    def _baseline_verdicts(self, item: pytest.Item, record: TestRecord, file: Any,
+                           file_error: str, tolerance: float, noise_window: Any) -> list[str]:
+        """Compare with (or save as) the baselines; the failure lines (none: it passes)."""
+        from pytest_distperf import baseline, report
+
+        module, test = baseline.split_nodeid(item.nodeid)
+        judgement = None
+        if self.is_reporter and not file_error:
+            judgement = baseline.Judgement(
+                metrics=record.metrics, labels=record.metric_labels,
+                environments={m.name: self.environment(m.world_size or record.world_size)
+                              for m in record.metrics},
+                first_noise=noise_window, tolerance=tolerance, save=self.cfg.save,
+                baseline=file, test=test, remeasurable=list(record.remeasure))
+        for _ in range(baseline.CONFIRM_ROUNDS + baseline.SAVE_WINDOWS):
+            labels = self._agree(judgement.wanted() if judgement is not None else [])
+            if not labels:
+                break
+            if judgement is not None:
+                time.sleep(judgement.backoff())
+            for label in labels:
+                start = self.noise_snapshot()
+                fresh = list(record.remeasure[label]())
+                figures = self.noise_since(start)
+                if judgement is not None:
+                    judgement.add_window(label, fresh, figures)
+        if file_error:
+            return [file_error]
+        if judgement is None:
+            return []
+        path = baseline.baseline_path(self.baselines_root, item.nodeid)
+        if self.cfg.save:
+            try:
+                baseline.save_test(path, module, test, judgement.save_entries())
+            except baseline.BaselineError as exc:
+                return [str(exc)]
+            except OSError as exc:
+                return [f"distperf: cannot write the baseline file {path}: {exc}"]
+            self._baseline_files.pop(path, None)
+        record.verdicts = judgement.verdicts()
+        failing = {baseline.REGRESSED} | ({baseline.INCONCLUSIVE} if self.cfg.strict else set())
+        bad = [v for v in record.verdicts if v.verdict in failing]
+        shown = report.verdict_report(record.verdicts, item.nodeid, path)
+        if shown and not bad:  # a failure shows its own table
+            item.add_report_section("call", "distperf", "\n".join(shown))
+        inconclusive = [v for v in record.verdicts if v.verdict == baseline.INCONCLUSIVE]
+        if inconclusive and not self.cfg.strict:
+            item.warn(pytest.PytestWarning(
+                "distperf: inconclusive (too noisy to tell, not a failure without "
+                "--distperf-strict): " + "; ".join(f"{v.metric}: {v.detail}"
+                                                    for v in inconclusive)))
+        if not bad:
+            return []
+        kinds = " and ".join(sorted({v.verdict for v in bad}, reverse=True))
+        return [f"distperf: {kinds} in {item.nodeid} (tolerance {tolerance:.0%}):",
+                *report.verdict_table(bad), f"  baselines: {path}"]
 
 
 def marker_settings(item: pytest.Item) -> dict[str, float | int]:
@@ -281,6 +407,10 @@ def marker_settings(item: pytest.Item) -> dict[str, float | int]:
             f"@pytest.mark.distperf on {item.nodeid}: takes keywords only "
             f"({', '.join(MARKER_KEYWORDS)}), got positional {marker.args!r}")
     return validate_marker_kwargs(dict(marker.kwargs), item.nodeid)
+
+
+def _echo(value: Any) -> Any:
+    return value
 
 
 def get_session(config: pytest.Config) -> DistperfSession:
@@ -333,11 +463,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
-    result = yield
     session = item.config.stash.get(SESSION_KEY, None)
+    start = session.noise_snapshot() if session is not None and session.cfg.enabled else None
+    result = yield
     record = item.stash.get(RECORD_KEY, None)
     if session is not None and record is not None and record.metrics:
-        failure = session.judge(item, record)
+        failure = session.judge(item, record, session.noise_since(start))
         if failure:
             pytest.fail(failure, pytrace=False)
     return result
@@ -359,6 +490,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
     terminalreporter.write_sep("=", "distperf summary")
     for line in report.summary_lines(records):
+        terminalreporter.write_line(line)
+    for line in report.verdict_summary_lines(records):
         terminalreporter.write_line(line)
     if session.cfg.json_path is not None:
         report.write_json(session.cfg.json_path, records, header=session.header())
@@ -446,11 +579,15 @@ def make_group(request: pytest.FixtureRequest) -> Any:
                  remeasure: Any = None) -> None:
         record = session.record_for(item, size)
         record.metrics.extend(metrics)
+        record.metric_labels.update((m.name, label) for m in metrics)
         if remeasure is not None:
             record.remeasure[label] = remeasure
         if result is not None:
             data = to_dict(result) if dataclasses.is_dataclass(result) else result
             record.results.append({"label": label, "result": data})
 
+    # Start the pool now, before the test body: the noise probe of the test call needs the
+    # ranks' pids at its start, and a pool spawning inside a measured window is noise itself.
+    session.engine.rank_info()
     return DistGroup(session.engine, size, recorder=recorder,
                      module=getattr(request, "module", None))

@@ -111,6 +111,35 @@ class Metric:
         return self.unit == "fraction"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """How one metric compared with its baseline (see :mod:`pytest_distperf.baseline`).
+
+    ``verdict``: regressed, improved, unchanged, inconclusive, no baseline, not comparable,
+    or saved (with ``--distperf-save``).  ``change`` is relative, (current - baseline) /
+    baseline, in the metric's own direction of numbers; ``confidence`` is 1 - p of the
+    one-sided test in the verdict's direction; ``windows`` counts the measurements behind
+    ``current`` (1 + re-measurements); ``steal``, ``wait`` and ``spread`` are the noise
+    figures of the measurement reported.
+    """
+
+    metric: str
+    verdict: str
+    environment: str = ""
+    unit: str = ""
+    higher_is_better: bool = False
+    baseline: float | None = None
+    current: float | None = None
+    change: float | None = None
+    confidence: float | None = None
+    tolerance: float = 0.0
+    windows: int = 1
+    steal: float | None = None
+    wait: float | None = None
+    spread: float | None = None
+    detail: str = ""
+
+
 @dataclasses.dataclass(slots=True)
 class TestRecord:
     """What one test measured and how it was judged (filled in while the test runs)."""
@@ -122,8 +151,12 @@ class TestRecord:
     metrics: list[Metric] = dataclasses.field(default_factory=list)
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     breaches: list[str] = dataclasses.field(default_factory=list)
+    verdicts: list[Verdict] = dataclasses.field(default_factory=list)
     #: label -> callable repeating that measurement (not stored, not sent between processes)
     remeasure: dict[str, Any] = dataclasses.field(
+        default_factory=dict, repr=False, compare=False, metadata={"transient": True})
+    #: metric name -> the label of the measurement it came from (for re-measuring it)
+    metric_labels: dict[str, str] = dataclasses.field(
         default_factory=dict, repr=False, compare=False, metadata={"transient": True})
 
 

@@ -14,6 +14,7 @@ from pytest_distperf.records import (
     CollectiveResult,
     PairMatrix,
     TestRecord,
+    Verdict,
     from_dict,
     to_dict,
 )
@@ -28,6 +29,8 @@ def summary_lines(records: Sequence[TestRecord]) -> list[str]:
         if not record.metrics and not record.breaches:
             continue
         status = "BREACH" if record.breaches else "ok"
+        if any(v.verdict == "regressed" for v in record.verdicts):
+            status = "REGRESSED" if status == "ok" else f"{status}, REGRESSED"
         lines.append(f"{record.nodeid} [{record.world_size} ranks] {status}")
         for metric in record.metrics:
             unit = f" {metric.unit}" if metric.unit and metric.unit != "fraction" else ""
@@ -176,4 +179,107 @@ def collective_lines(records: Sequence[TestRecord]) -> list[str]:
     if lines:
         lines[:0] = ["time: median over iterations of the slowest rank's time; spread: p10..p90 "
                      "of those times, in % of the median; GB/s = 1e9 bytes/s", ""]
+    return lines
+
+
+# -- baseline verdicts -----------------------------------------------------------------------
+#: The order verdicts are listed in: regressions first (baseline.VERDICT_ORDER).
+_VERDICT_ORDER = ("regressed", "inconclusive", "improved", "not comparable", "no baseline",
+                  "unchanged", "saved")
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A metric's value for people: times scaled to s/ms/us, fractions as 0.123."""
+    if value is None:
+        return "-"
+    if unit == "s":
+        for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+            if abs(value) >= scale or name == "us":
+                return f"{value / scale:.4g} {name}"
+    if unit == "fraction":
+        return f"{value:.3f}"
+    return f"{value:.4g} {unit}".rstrip()
+
+
+def _change(v: Verdict) -> str:
+    if v.change is None:
+        if v.unit == "fraction" and v.baseline is not None and v.current is not None:
+            return f"{(v.current - v.baseline) * 100:+.1f} pt"
+        return "-"
+    text = f"{v.change:+.1%}"
+    if v.unit == "fraction" and v.baseline is not None and v.current is not None:
+        text += f" ({(v.current - v.baseline) * 100:+.1f} pt)"
+    return text
+
+
+def _noise(v: Verdict) -> str:
+    parts = []
+    if v.steal is not None:
+        parts.append(f"host steal {v.steal:.1%}")
+    if v.wait is not None:
+        parts.append(f"CPU wait {v.wait:.1%}")
+    if v.spread is not None:
+        parts.append(f"spread {v.spread:.1%}")
+    return ", ".join(parts)
+
+
+def verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
+    """metric, baseline, current, change %, confidence, verdict; then each one's details."""
+    rows = [("metric", "baseline", "current", "change", "confidence", "verdict")]
+    for v in verdicts:
+        confidence = "-" if v.confidence is None else f"{v.confidence:.2%}"
+        rows.append((v.metric, format_value(v.baseline, v.unit),
+                     format_value(v.current, v.unit), _change(v), confidence, v.verdict))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines = ["  " + "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w)
+                              for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+             for r in rows]
+    for v in verdicts:
+        count = "" if "measurement" in v.detail else f"{v.windows} measurement(s)"
+        facts = "; ".join(x for x in (v.detail, count, _noise(v),
+                                      f"environment {v.environment}") if x)
+        lines.append(f"    {v.metric}: {facts}")
+    return lines
+
+
+def verdict_report(verdicts: Sequence[Verdict], nodeid: str, path: Path) -> list[str]:
+    """What a test shows in its output about its baseline verdicts."""
+    if not verdicts:
+        return []
+    ordered = sorted(verdicts, key=lambda v: _VERDICT_ORDER.index(v.verdict)
+                     if v.verdict in _VERDICT_ORDER else len(_VERDICT_ORDER))
+    return [f"distperf verdicts for {nodeid} (baselines: {path}):", *verdict_table(ordered)]
+
+
+def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
+    """Counts of the verdicts, then one line per verdict worth a look, regressions first."""
+    verdicts = [(r.nodeid, v) for r in records for v in r.verdicts]
+    if not verdicts:
+        return []
+    counts = {k: sum(1 for _, v in verdicts if v.verdict == k) for k in _VERDICT_ORDER}
+    lines = ["distperf verdicts (per metric): " + ", ".join(
+        f"{n} {k}" for k, n in counts.items() if n)]
+    for kind in _VERDICT_ORDER:
+        if kind == "unchanged":
+            continue
+        for nodeid, v in verdicts:
+            if v.verdict != kind:
+                continue
+            head = f"  {kind.upper():<14} {nodeid}  {v.metric}"
+            if kind == "saved":
+                lines.append(f"{head}  {format_value(v.current, v.unit)}"
+                             + (f"  (was {format_value(v.baseline, v.unit)}, {_change(v)})"
+                                if v.baseline is not None else "")
+                             + (f"  [{v.detail}]" if "noisy" in v.detail else ""))
+            elif kind in ("no baseline", "not comparable"):
+                lines.append(f"{head}  [{v.environment}] {v.detail}")
+            else:
+                figures = (f"{format_value(v.baseline, v.unit)} -> "
+                           f"{format_value(v.current, v.unit)} ({_change(v)}"
+                           + (f", confidence {v.confidence:.2%}" if v.confidence is not None
+                              else "") + ")")
+                extra = v.detail or ""
+                if kind == "inconclusive" and _noise(v):
+                    extra = f"{extra}; {_noise(v)}" if extra else _noise(v)
+                lines.append(f"{head}  {figures}" + (f"  [{extra}]" if extra else ""))
     return lines

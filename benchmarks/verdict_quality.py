@@ -1,0 +1,198 @@
+"""How good are the baseline verdicts on this machine?  False alarms and detection power.
+
+Runs pytest-distperf end to end, the way CI does: a throw-away project with one test that
+times a CPU matmul loop on 2 real gloo ranks (``nccl_group.measure``), ``--distperf-save``
+once per block, then many separate ``pytest --distperf`` compare runs, each a fresh process
+with a fresh rank pool, in shuffled order:
+
+* clean runs (the same work as the baseline): any "regressed" is a false alarm;
+* runs with 10% and 20% more matmuls (extra *work*, proportional to the base, not a sleep):
+  "regressed" is a catch, anything else a miss.
+
+For every run it records the verdict, the change, the confidence, the number of measurements
+(1 + confirmations), the noise probe's figures for the measurement reported (host steal, CPU
+wait of the ranks, sample spread) and the host steal over the whole run from /proc/stat.
+
+    python benchmarks/verdict_quality.py                     # 2 blocks: 30 clean, 10+10 slow
+    python benchmarks/verdict_quality.py --blocks 1 --clean 2 --slow 1   # a smoke run
+    python benchmarks/verdict_quality.py --json runs.json    # keep every run's figures
+
+Results and method: benchmarks/verdict_quality.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+TEST_FILE = textwrap.dedent('''
+    import os
+
+    import torch
+
+    BASE_REPS = int(os.environ.get("VQ_REPS", "60"))
+    EXTRA = float(os.environ.get("VQ_EXTRA", "0"))
+    N = 256
+
+
+    def matmuls(a, b, reps):
+        for _ in range(reps):
+            a @ b
+
+
+    def test_matmul(nccl_group):
+        torch.manual_seed(0)
+        a, b = torch.randn(N, N), torch.randn(N, N)
+        nccl_group.measure("matmul", matmuls, a, b, round(BASE_REPS * (1 + EXTRA)))
+''')
+
+STEAL_COLUMN = 7
+
+
+def cpu_line() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+def steal_between(before: list[int], after: list[int]) -> float:
+    deltas = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(deltas[:8])
+    return deltas[STEAL_COLUMN] / total if total > 0 else 0.0
+
+
+def busy_between(before: list[int], after: list[int]) -> float:
+    """Share of all CPU time that was not idle (anyone's work, ours included)."""
+    deltas = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(deltas[:8])
+    return (total - deltas[3] - deltas[4] - deltas[STEAL_COLUMN]) / total if total else 0.0
+
+
+def run_pytest(project: Path, extra: float, save: bool, reps: int) -> dict[str, Any]:
+    report = project / "report.json"
+    report.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distperf",
+           "--gpus", "2", "--distperf-json", str(report), "test_vq.py"]
+    if save:
+        cmd.append("--distperf-save")
+    env = dict(os.environ, VQ_EXTRA=str(extra), VQ_REPS=str(reps))
+    before, started = cpu_line(), time.monotonic()
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True)
+    seconds, after = time.monotonic() - started, cpu_line()
+    out: dict[str, Any] = {
+        "extra": extra, "save": save, "rc": proc.returncode, "seconds": round(seconds, 1),
+        "run_steal": round(steal_between(before, after), 4),
+        "run_busy": round(busy_between(before, after), 4),
+    }
+    try:
+        data = json.loads(report.read_text())
+        verdict = data["tests"][0]["verdicts"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        out["verdict"] = "error"
+        out["output"] = proc.stdout[-3000:] + proc.stderr[-2000:]
+        return out
+    out.update({k: verdict.get(k) for k in ("verdict", "baseline", "current", "change",
+                                            "confidence", "windows", "steal", "wait",
+                                            "spread", "detail")})
+    return out
+
+
+def describe(run: dict[str, Any]) -> str:
+    def pct(value: Any, digits: int = 1) -> str:
+        return "-" if value is None else f"{value * 100:.{digits}f}%"
+
+    current = run.get("current")
+    return (f"+{run['extra']:.0%} work  {run.get('verdict', '?'):<13} "
+            f"change {pct(run.get('change')):>7}  conf {pct(run.get('confidence'), 2):>7}  "
+            f"current {'-' if current is None else f'{current * 1e3:.2f} ms':>9}  "
+            f"meas {run.get('windows') or '-'}  steal(run) {pct(run['run_steal'])}  "
+            f"steal(meas) {pct(run.get('steal'))}  CPU wait {pct(run.get('wait'))}  "
+            f"spread {pct(run.get('spread'))}  {run['seconds']:.0f}s")
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    compares = [r for r in runs if not r["save"]]
+    for extra in sorted({r["extra"] for r in compares}):
+        group = [r for r in compares if r["extra"] == extra]
+        counts: dict[str, int] = {}
+        for r in group:
+            counts[r.get("verdict", "error")] = counts.get(r.get("verdict", "error"), 0) + 1
+        steals = [r["run_steal"] for r in group]
+        label = "clean" if extra == 0 else f"+{extra:.0%} work"
+        caught = counts.get("regressed", 0)
+        headline = (f"false alarms {caught}/{len(group)}" if extra == 0
+                    else f"caught {caught}/{len(group)}")
+        lines.append(
+            f"{label:>10}: {headline}; verdicts "
+            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            + f"; host steal over the runs median {statistics.median(steals):.1%}, "
+              f"max {max(steals):.1%}")
+    noisy = [r for r in compares if r.get("verdict") == "inconclusive"]
+    lines.append(f"inconclusive: {len(noisy)}/{len(compares)} compare runs")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--blocks", type=int, default=2,
+                        help="blocks, each: save a baseline, then its compare runs (default 2)")
+    parser.add_argument("--clean", type=int, default=15, help="clean runs per block")
+    parser.add_argument("--slow", type=int, default=5,
+                        help="runs per block at +10%% and, as many, at +20%% work")
+    parser.add_argument("--reps", type=int, default=60,
+                        help="matmuls (256x256) per timed iteration (default 60: ~22 ms)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write every run's figures here")
+    args = parser.parse_args(argv)
+
+    rng = random.Random(args.seed)
+    started = datetime.datetime.now().astimezone()
+    runs: list[dict[str, Any]] = []
+    print(f"verdict_quality: {started:%Y-%m-%d %H:%M %Z}, {platform.node()}, "
+          f"{os.cpu_count()} CPUs, python {platform.python_version()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="distperf-vq-") as tmp:
+        project = Path(tmp)
+        (project / "test_vq.py").write_text(TEST_FILE)
+        (project / "conftest.py").write_text("")
+        for block in range(args.blocks):
+            saved = run_pytest(project, 0.0, True, args.reps)
+            runs.append(saved)
+            print(f"block {block + 1}: saved baseline "
+                  f"{(saved.get('current') or 0) * 1e3:.2f} ms ({saved.get('detail')}, "
+                  f"steal(run) {saved['run_steal']:.1%}, CPU wait "
+                  f"{'-' if saved.get('wait') is None else format(saved['wait'], '.1%')})",
+                  flush=True)
+            order = [0.0] * args.clean + [0.1] * args.slow + [0.2] * args.slow
+            rng.shuffle(order)
+            for extra in order:
+                run = run_pytest(project, extra, False, args.reps)
+                run["block"] = block + 1
+                runs.append(run)
+                print(describe(run), flush=True)
+                if run.get("verdict") == "error":
+                    print(run["output"], flush=True)
+    finished = datetime.datetime.now().astimezone()
+    print(f"--- summary ({(finished - started).total_seconds() / 60:.1f} min)")
+    for line in summarize(runs):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps({"started": started.isoformat(),
+                                         "finished": finished.isoformat(),
+                                         "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

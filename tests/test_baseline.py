@@ -1,0 +1,376 @@
+"""Baseline storage, the verdict statistics and the noise probe: pure unit tests (no ranks)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from pytest_distperf import baseline as bl
+from pytest_distperf import report
+from pytest_distperf.noise import STEAL_LIMIT, WAIT_LIMIT, NoiseFigures, Snapshot, between
+from pytest_distperf.records import Environment, Metric, TestRecord, Verdict, from_dict, to_dict
+
+CPU = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "")
+CPU4 = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 4, "2.13.0+cpu", "")
+H100 = Environment("nccl", "cuda", "NVIDIA H100 80GB HBM3", 8, 8, "2.6.0+cu124", "2.21.5")
+QUIET = NoiseFigures(1.0, 0.05, 0.08)
+BUSY = NoiseFigures(1.0, 0.02, 0.60)
+TIMES = tuple(0.020 + 0.0002 * i for i in range(20))  # 20.0 .. 23.8 ms
+
+
+def scaled(factor: float, samples: tuple[float, ...] = TIMES) -> tuple[float, ...]:
+    return tuple(v * factor for v in samples)
+
+
+def stored(samples: tuple[float, ...] = TIMES, unit: str = "s", hib: bool = False,
+           value: float | None = None) -> bl.StoredMetric:
+    return bl.StoredMetric(unit, hib, samples[len(samples) // 2] if value is None else value,
+                           samples)
+
+
+def window(samples: tuple[float, ...], noise: NoiseFigures | None = QUIET,
+           value: float | None = None) -> bl.Window:
+    return bl.Window(samples[len(samples) // 2] if value is None and samples else value or 0.0,
+                     samples, noise)
+
+
+# -- names and places ------------------------------------------------------------------------
+@pytest.mark.parametrize(("nodeid", "path", "test"), [
+    ("tests/test_x.py::test_a", "tests/test_x.toml", "test_a"),
+    ("test_x.py::TestA::test_b[1-x]", "test_x.toml", "TestA::test_b[1-x]"),
+    ("../other/test_y.py::test_c", "__/other/test_y.toml", "test_c"),
+])
+def test_one_file_per_module(tmp_path: Path, nodeid: str, path: str, test: str) -> None:
+    assert bl.baseline_path(tmp_path, nodeid) == tmp_path / path
+    assert bl.split_nodeid(nodeid)[1] == test
+
+
+def test_environment_ids_keep_hardware_apart() -> None:
+    assert bl.environment_id(CPU) == "gloo-cpu-w2-torch2.13.0-amd-epyc-7r13"
+    assert bl.environment_id(H100) == "nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100-80gb-hbm3"
+    a100 = Environment("nccl", "cuda", "NVIDIA A100-SXM4-80GB", 8, 8, "2.6.0+cu124", "2.21.5")
+    assert len({bl.environment_id(e) for e in (CPU, CPU4, H100, a100)}) == 4
+
+
+# -- the file: round trip, ordering, merging -------------------------------------------------
+def save(path: Path, test: str, env: Environment, **metrics: bl.StoredMetric) -> None:
+    bl.save_test(path, "tests/test_x.py", test, [bl.SaveEntry(env, metrics)],
+                 saved_at="2025-01-02T03:04:05Z")
+
+
+def test_save_then_load_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "b" / "test_x.toml"
+    metric = stored(TIMES)
+    save(path, "test_a", CPU, **{"work.time_s": metric})
+    loaded = bl.load(path)
+    assert loaded is not None
+    env_id = bl.environment_id(CPU)
+    got = loaded.metrics("test_a", env_id)
+    assert got is not None
+    assert got["work.time_s"].samples == pytest.approx(TIMES)
+    assert got["work.time_s"].unit == "s" and not got["work.time_s"].higher_is_better
+    text = path.read_text()
+    assert text.startswith("schema_version = 1\nmodule = \"tests/test_x.py\"\n")
+    assert "pickle" not in text and "estimate = " in text and "samples = [" in text
+
+
+def test_saving_is_stable_and_sorted(tmp_path: Path) -> None:
+    path = tmp_path / "test_x.toml"
+    save(path, "test_b", CPU, **{"z.time_s": stored(), "a.time_s": stored()})
+    save(path, "test_a", CPU, **{"m.time_s": stored()})
+    first = path.read_bytes()
+    save(path, "test_a", CPU, **{"m.time_s": stored()})  # the same again: no diff at all
+    assert path.read_bytes() == first
+    text = first.decode()
+    assert text.index("[tests.test_a.") < text.index("[tests.test_b.")
+    assert text.index('metrics."a.time_s"]') < text.index('metrics."z.time_s"]')
+
+
+def test_saving_merges_and_keeps_the_thresholds_table(tmp_path: Path) -> None:
+    path = tmp_path / "test_x.toml"
+    save(path, "test_a", CPU, **{"w.time_s": stored()})
+    save(path, "test_b", CPU, **{"w.time_s": stored()})
+    data = bl.tomllib.loads(path.read_text())
+    data["environments"][bl.environment_id(CPU)]["thresholds"] = {"max_imbalance": 0.2,
+                                                                  "tolerance": 0.15}
+    path.write_text(tomli_w.dumps(data))
+    save(path, "test_a", CPU4, **{"w.time_s": stored()})  # another environment
+    save(path, "test_a", CPU, **{"w.time_s": stored(scaled(1.5))})  # a re-save
+    loaded = bl.load(path)
+    assert loaded is not None
+    assert loaded.test_environments("test_a") == sorted(
+        [bl.environment_id(CPU), bl.environment_id(CPU4)])
+    assert loaded.metrics("test_b", bl.environment_id(CPU)) is not None
+    assert loaded.thresholds(bl.environment_id(CPU)) == {"max_imbalance": 0.2, "tolerance": 0.15}
+    got = loaded.metrics("test_a", bl.environment_id(CPU))
+    assert got is not None and got["w.time_s"].samples[0] == pytest.approx(0.030)
+
+
+def _save_many(args: tuple[str, int]) -> None:
+    path, worker = args
+    for i in range(15):
+        save(Path(path), f"test_{worker}_{i}", CPU, **{"w.time_s": stored()})
+
+
+def test_concurrent_saves_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "test_x.toml"
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_save_many, [(str(path), w) for w in range(4)])
+    loaded = bl.load(path)
+    assert loaded is not None
+    assert len(loaded.data["tests"]) == 60
+    assert not [p for p in tmp_path.iterdir() if p.name != "test_x.toml"]  # no temp left over
+
+
+# -- bad files: refused with file and line, never changed ------------------------------------
+GOOD_HEAD = 'schema_version = 1\nmodule = "tests/test_x.py"\n'
+BAD_FILES = {
+    "empty": ("", 1, "empty"),
+    "blank": ("\n  \n", 1, "empty"),
+    "corrupt": (GOOD_HEAD + "[tests\nx = 1\n", 3, "not valid TOML"),
+    "binary": (GOOD_HEAD + "# \udcff\n", None, ""),
+    "foreign": ('[tool.black]\nline-length = 88\n', 1, "not a pytest-distperf baseline"),
+    "stale": ("schema_version = 0\n", 1, "stale schema version 0"),
+    "newer": ("module = 'x'\nschema_version = 7\n", 2, "newer pytest-distperf"),
+    "bad_metric": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\ndevice_type = "cpu"\n'
+                   'device_model = "m"\ndevice_count = 0\nworld_size = 2\n'
+                   'torch_version = "2"\nnccl_version = ""\n'
+                   '[tests.t.e.metrics."w.time_s"]\nunit = "s"\nhigher_is_better = "no"\n'
+                   'value = 1.0\n', 13, "higher_is_better must be true or false"),
+    "unknown_env": (GOOD_HEAD + '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n', 3,
+                    "not described under [environments]"),
+    "bad_threshold": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\ndevice_type = "cpu"\n'
+                      'device_model = "m"\ndevice_count = 0\nworld_size = 2\n'
+                      'torch_version = "2"\nnccl_version = ""\n'
+                      '[environments.e.thresholds]\nmax_imbalanse = 0.2\n', 12,
+                      "unknown threshold 'max_imbalanse'"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_bad_files_are_refused_and_left_unchanged(tmp_path: Path, kind: str) -> None:
+    text, line, words = BAD_FILES[kind]
+    path = tmp_path / "test_x.toml"
+    raw = text.encode("utf-8", "surrogateescape")
+    path.write_bytes(raw)
+    with pytest.raises(bl.BaselineError) as info:
+        bl.load(path)
+    message = str(info.value)
+    assert str(path) in message and words in message
+    if line is not None:
+        assert f"{path}:{line}:" in message
+    with pytest.raises(bl.BaselineError):
+        save(path, "test_a", CPU, **{"w.time_s": stored()})
+    assert path.read_bytes() == raw
+    assert [p.name for p in tmp_path.iterdir()] == ["test_x.toml"]
+
+
+# -- statistics ------------------------------------------------------------------------------
+def test_mann_whitney_matches_the_textbook() -> None:
+    # scipy.stats.mannwhitneyu([6..10], [1..5], alternative="greater", method="asymptotic")
+    assert bl.mann_whitney_greater([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(
+        0.006092, abs=2e-6)
+    assert bl.mann_whitney_greater([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) > 0.99
+    assert bl.mann_whitney_greater([1.0] * 6, [1.0] * 6) == 0.5
+
+
+def test_estimate_takes_the_side_noise_cannot_reach() -> None:
+    stalled = (*TIMES[:-1], 0.5)  # one iteration hit by a 500 ms stall
+    assert bl.estimate(stalled, 0.0214, False, False) == pytest.approx(0.02038)  # p10
+    gbps = tuple(10.0 + 0.1 * i for i in range(20))
+    collapsed = (0.5, *gbps[1:])  # a bandwidth sample that noise pushed down
+    assert bl.estimate(collapsed, 11.0, True, False) == pytest.approx(11.71)  # p90
+    assert bl.estimate(stalled, 0.3, False, True) == 0.3  # a fraction: its own value
+    assert bl.estimate(stalled[:3], 0.7, False, False) == 0.7  # too few samples: the value
+
+
+def decide(base: bl.StoredMetric, *wins: bl.Window, tolerance: float = 0.10,
+           can_confirm: bool = True) -> tuple[str, bl.Assessment, str, bool]:
+    return bl.decide(base, list(wins), tolerance, can_confirm=can_confirm)
+
+
+def test_the_same_work_is_unchanged() -> None:
+    verdict, a, _, more = decide(stored(), window(scaled(1.01)))
+    assert (verdict, more) == (bl.UNCHANGED, False)
+    assert a.change == pytest.approx(0.01, abs=1e-6)
+
+
+def test_a_regression_needs_a_confirmation() -> None:
+    verdict, _, detail, more = decide(stored(), window(scaled(2.0)))
+    assert (verdict, more) == (bl.INCONCLUSIVE, True) and "confirmation" in detail
+    verdict, a, detail, more = decide(stored(), window(scaled(2.0)), window(scaled(1.9)))
+    assert (verdict, more) == (bl.REGRESSED, False)
+    assert a.change == pytest.approx(0.9, abs=1e-6)  # the best window is reported
+    assert "confirmed by 2 measurements" in detail
+    assert a.p_worse is not None and a.p_worse < 1e-6
+
+
+def test_a_slow_window_that_was_noise_is_cleared_by_the_confirmation() -> None:
+    verdict, _, _, more = decide(stored(), window(scaled(1.8), BUSY), window(scaled(1.0)))
+    assert (verdict, more) == (bl.UNCHANGED, False)
+
+
+def test_too_noisy_to_tell_is_inconclusive_with_the_figures() -> None:
+    wins = [window(scaled(1.8), BUSY) for _ in range(bl.CONFIRM_ROUNDS + 1)]
+    verdict, _, detail, more = decide(stored(), *wins[:2])
+    assert (verdict, more) == (bl.INCONCLUSIVE, True)
+    verdict, _, detail, more = decide(stored(), *wins)
+    assert (verdict, more) == (bl.INCONCLUSIVE, False)
+    assert f"CPU wait 60% > {WAIT_LIMIT:.0%}" in detail
+    assert f"all {bl.CONFIRM_ROUNDS + 1} measurements" in detail
+    steal = NoiseFigures(1.0, 0.4, 0.05)
+    assert f"host steal 40% > {STEAL_LIMIT:.0%}" in decide(
+        stored(), window(scaled(1.8), steal), can_confirm=False)[2]
+    wide = (*TIMES[:5], *scaled(3.0)[5:])  # the median far from the fast samples
+    assert "sample spread" in decide(stored(), window(scaled(1.8, wide)), can_confirm=False)[2]
+
+
+def test_not_statistically_clear_is_inconclusive() -> None:
+    base = stored((0.010,) * 5 + (1.0,) * 15)  # fast estimate, but most samples slow
+    verdict, _, detail, _ = decide(base, window(TIMES), window(TIMES))
+    assert verdict == bl.INCONCLUSIVE and "not statistically clear" in detail
+
+
+def test_faster_is_improved_without_confirmation() -> None:
+    verdict, a, detail, more = decide(stored(), window(scaled(0.5)))
+    assert (verdict, more) == (bl.IMPROVED, False) and "re-save" in detail
+    assert a.p_better is not None and a.p_better < 1e-6
+
+
+@pytest.mark.parametrize(("factor", "verdict"), [(0.5, bl.REGRESSED), (2.0, bl.IMPROVED),
+                                                 (0.98, bl.UNCHANGED)])
+def test_higher_is_better_is_judged_the_other_way(factor: float, verdict: str) -> None:
+    gbps = tuple(10.0 + 0.1 * i for i in range(20))
+    base = stored(gbps, unit="GB/s", hib=True)
+    assert decide(base, window(scaled(factor, gbps)), window(scaled(factor, gbps)))[0] == verdict
+
+
+@pytest.mark.parametrize(("before", "after", "verdict"), [
+    (0.02, 0.04, bl.UNCHANGED),  # +100% but 2 points: no regression
+    (0.10, 0.30, bl.REGRESSED),
+    (0.00, 0.20, bl.REGRESSED),  # from zero: judged in points alone
+    (0.90, 0.60, bl.IMPROVED),
+])
+def test_fractions_are_judged_in_points_as_well(before: float, after: float,
+                                                verdict: str) -> None:
+    base = stored((), unit="fraction", value=before)
+    wins = [bl.Window(after, (), QUIET)] * 2
+    got, a, _, _ = decide(base, *wins)
+    assert got == verdict
+    assert a.p_worse is None  # no samples: point estimates and confirmation only
+
+
+def test_tolerance_sets_the_line_and_tiny_deltas_never_count() -> None:
+    wins = [window(scaled(1.08))] * 2
+    assert decide(stored(), *wins, tolerance=0.10)[0] == bl.REGRESSED  # past half of 10%
+    assert decide(stored(), *wins, tolerance=0.20)[0] == bl.UNCHANGED
+    micro = tuple(1e-6 + 1e-9 * i for i in range(20))
+    assert decide(stored(micro), window(scaled(2.0, micro)), window(scaled(2.0, micro)))[0] \
+        == bl.UNCHANGED
+
+
+# -- one test's judgement --------------------------------------------------------------------
+def judgement(file: bl.BaselineFile | None, *metrics: Metric, save: bool = False,
+              env: Environment = CPU) -> bl.Judgement:
+    return bl.Judgement(metrics=metrics, labels={m.name: "measure(w)" for m in metrics},
+                        environments={m.name: env for m in metrics}, first_noise=QUIET,
+                        tolerance=0.10, save=save, baseline=file, test="test_a",
+                        remeasurable=["measure(w)"])
+
+
+def test_judgement_asks_for_confirmation_then_decides(tmp_path: Path) -> None:
+    path = tmp_path / "test_x.toml"
+    save(path, "test_a", CPU, **{"w.time_s": stored()})
+    file = bl.load(path)
+    slow = Metric("w.time_s", 0.04, "s", False, scaled(2.0))
+    j = judgement(file, slow)
+    assert j.wanted() == ["measure(w)"] and j.backoff() == 0.0
+    j.add_window("measure(w)", [slow], QUIET)
+    assert j.wanted() == []
+    (verdict,) = j.verdicts()
+    assert verdict.verdict == bl.REGRESSED and verdict.windows == 2
+    assert verdict.confidence is not None and verdict.confidence > 0.99
+    noisy = judgement(file, slow)
+    noisy.windows["w.time_s"][0] = bl.Window(0.04, scaled(2.0), BUSY)
+    assert noisy.backoff() == bl.NOISY_BACKOFF_S[0]
+
+
+def test_judgement_without_a_baseline_passes_and_says_why(tmp_path: Path) -> None:
+    metric = Metric("w.time_s", 0.02, "s", False, TIMES)
+    (v,) = judgement(None, metric).verdicts()
+    assert v.verdict == bl.NO_BASELINE and "--distperf-save" in v.detail
+    path = tmp_path / "test_x.toml"
+    save(path, "test_a", CPU4, **{"w.time_s": stored()})
+    (v,) = judgement(bl.load(path), metric).verdicts()  # only another environment is stored
+    assert v.verdict == bl.NOT_COMPARABLE and bl.environment_id(CPU4) in v.detail
+    save(path, "test_a", CPU, **{"other.time_s": stored()})
+    (v,) = judgement(bl.load(path), metric).verdicts()
+    assert v.verdict == bl.NO_BASELINE and "new metric" in v.detail
+    save(path, "test_a", CPU, **{"w.time_s": stored(unit="ms")})
+    j = judgement(bl.load(path), metric)
+    assert j.wanted() == []
+    (v,) = j.verdicts()
+    assert v.verdict == bl.NOT_COMPARABLE and "changed meaning" in v.detail
+
+
+def test_saving_keeps_the_best_of_two_windows(tmp_path: Path) -> None:
+    first = Metric("w.time_s", 0.03, "s", False, scaled(1.5))
+    j = judgement(None, first, save=True)
+    assert j.wanted() == ["measure(w)"]
+    j.add_window("measure(w)", [Metric("w.time_s", 0.02, "s", False, TIMES)], QUIET)
+    assert j.wanted() == []
+    (entry,) = j.save_entries()
+    assert entry.metrics["w.time_s"].samples == TIMES
+    (v,) = j.verdicts()
+    assert v.verdict == bl.SAVED and "best of 2" in v.detail
+
+
+def test_verdicts_travel_with_the_record_and_render() -> None:
+    v = Verdict("w.time_s", bl.REGRESSED, "env", "s", False, 0.02, 0.04, 1.0, 0.9999, 0.1, 2,
+                0.01, 0.08, 0.03, "confirmed by 2 measurements")
+    record = TestRecord("t.py::test_a", 2, verdicts=[v])
+    assert from_dict(TestRecord, to_dict(record)).verdicts == [v]
+    table = report.verdict_table([v])
+    assert table[0].split() == ["metric", "baseline", "current", "change", "confidence",
+                                "verdict"]
+    assert table[1].split() == ["w.time_s", "20", "ms", "40", "ms", "+100.0%", "99.99%",
+                                "regressed"]
+    lines = report.verdict_summary_lines([record, TestRecord(
+        "t.py::test_b", 2, verdicts=[Verdict("x", bl.IMPROVED, change=-0.5)])])
+    assert lines[0] == "distperf verdicts (per metric): 1 regressed, 1 improved"
+    assert lines[1].split()[0] == "REGRESSED" and lines[2].split()[0] == "IMPROVED"
+
+
+@pytest.mark.parametrize(("value", "unit", "text"), [
+    (0.0213, "s", "21.3 ms"), (2.5e-5, "s", "25 us"), (1.5, "s", "1.5 s"),
+    (0.1234, "fraction", "0.123"), (12.5, "GB/s", "12.5 GB/s"), (None, "s", "-"),
+])
+def test_values_are_shown_in_readable_units(value: float | None, unit: str, text: str) -> None:
+    assert report.format_value(value, unit) == text
+
+
+# -- the noise probe -------------------------------------------------------------------------
+def test_noise_figures_from_counters() -> None:
+    start = Snapshot(10.0, (100, 0, 50, 800, 0, 0, 0, 50, 0, 0), ((1, 0), (2, 0), (3, 7)))
+    end = Snapshot(12.0, (300, 0, 100, 1000, 0, 0, 0, 100, 0, 0),
+                   ((1, int(0.4e9)), (2, int(0.6e9)), (4, 5)))
+    figures = between(start, end)
+    assert figures.steal == pytest.approx(50 / 500)
+    assert figures.wait == pytest.approx((0.4 + 0.6) / (2.0 * 2))  # pid 3 gone, 4 new: left out
+    assert figures.too_noisy() == []
+    unknown = between(Snapshot(0.0, (), ()), Snapshot(1.0, (), ()))
+    assert (unknown.steal, unknown.wait) == (None, None) and unknown.too_noisy() == []
+    assert "?" in unknown.describe()
+
+
+def test_the_probe_reads_this_machine() -> None:
+    import os
+
+    from pytest_distperf import noise
+
+    figures = noise.between(noise.snapshot([os.getpid()]), noise.snapshot([os.getpid()]))
+    if Path("/proc/stat").exists():
+        assert figures.wait is not None and figures.wait >= 0
