@@ -396,7 +396,7 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
            not in _NOT_COLLECTIVES]
     if rpc:
         source = "record_param_comms"
-        drafts = [_draft_from_metadata(e) for e in _outermost(rpc)]
+        drafts = _unique_calls(_draft_from_metadata(e) for e in _outermost(rpc))
     else:
         c10d = [e for e in evs if e.cat != "kernel" and e.name.startswith(_COMM_OP_PREFIXES)
                 and canonical_collective(e.name) in _ALIASES.values()]
@@ -558,6 +558,21 @@ def _draft_from_metadata(e: _Ev) -> _Draft:
         group_size=_int(a.get("Group size")), group_ranks=_ranks(a.get("Process Group Ranks")),
         seq=_int(seq) if seq is not None else None, source="record_param_comms",
     )
+
+
+def _unique_calls(drafts: Iterable[_Draft]) -> list[_Draft]:
+    """One call per (collective, group, sequence number): a collective recorded twice (by
+    two layers of the process group) counts once."""
+    seen: set[tuple[str, str, int]] = set()
+    out: list[_Draft] = []
+    for d in drafts:
+        if d.seq is not None:
+            key = (d.name, d.group, d.seq)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(d)
+    return out
 
 
 def _elements(dims: Any) -> int:

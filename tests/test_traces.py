@@ -277,6 +277,14 @@ def test_record_param_comms_kernels_linked_by_launch_without_metadata() -> None:
     assert tl.ops[0].time_us == 100
 
 
+def test_a_collective_recorded_twice_counts_once() -> None:
+    """Two layers of the process group may both record the same call (same Seq)."""
+    trace = nccl_trace(0, comms=[("all_reduce", 256, 100, 10)])
+    first = next(e for e in trace["traceEvents"] if e["name"] == "record_param_comms")
+    trace["traceEvents"].append({**first, "ts": first["ts"] + 20, "dur": 2})
+    assert [op.name for op in T.timeline(trace).ops] == ["all_reduce"]
+
+
 def test_kernel_names_do_not_make_communication() -> None:
     """A kernel named like NCCL's but with no metadata and no link to a collective is compute:
     classification never relies on kernel names."""
