@@ -401,7 +401,7 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
         c10d = [e for e in evs if e.cat != "kernel" and e.name.startswith(_COMM_OP_PREFIXES)
                 and canonical_collective(e.name) in _ALIASES.values()]
         drafts = [_draft_from_operator(e) for e in _outermost(c10d)]
-        source = "c10d ops" if drafts else "none"
+        source = "c10d ops"
 
     # Everything a collective call did on its own thread belongs to communication.
     calls_by_thread = _by_thread([d.event for d in drafts])
@@ -449,6 +449,8 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
 
     _attribute(drafts, comm_execs)
     ops = sorted((_freeze(d) for d in drafts), key=lambda op: op.start_us)
+    if not ops:
+        source = "none"
     comm_spans = [(e.start, e.end) for e, _, _ in comm_execs]
     comm_spans += [(d.event.start, d.event.end) for d in drafts if not d.execs]
     clip = region

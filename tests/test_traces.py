@@ -373,6 +373,8 @@ def test_gloo_runs_issued_from_cpp_count_too() -> None:
     tl = T.timeline(trace)
     assert [(op.name, op.source, op.nbytes) for op in tl.ops] == [("all_reduce", "execution",
                                                                    40)]
+    assert tl.source == "c10d ops"
+    assert T.timeline(gloo_trace(0, compute=[(0, 10)])).source == "none"
 
 
 # -- desync --------------------------------------------------------------------------------------
