@@ -90,7 +90,7 @@ CONFIRM_ROUNDS = 3
 SAVE_WINDOWS = 2
 #: Seconds to wait before re-measuring after a window that was too noisy (by round): another
 #: job's burst of work often ends within seconds.
-NOISY_BACKOFF_S = (1.0, 2.0, 4.0)
+NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance")
 

@@ -498,13 +498,19 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(f"distperf: JSON report written to {session.cfg.json_path}")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # xdist sends a worker's workeroutput right after this hook (its own sessionfinish
+    # wrapper), before pytest_unconfigure: the records must be there by now.
+    dp = session.config.stash.get(SESSION_KEY, None)
+    if dp is not None and dp.is_xdist_worker:
+        session.config.workeroutput["distperf_records"] = [  # type: ignore[attr-defined]
+            to_dict(r) for r in dp.records]
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         return
-    if session.is_xdist_worker:
-        config.workeroutput["distperf_records"] = [  # type: ignore[attr-defined]
-            to_dict(r) for r in session.records]
     session.close()
 
 

@@ -1,0 +1,175 @@
+"""Baselines end to end: pytest in a subprocess, real gloo ranks, real files.
+
+Timing verdicts here use effects no noise can hide (a sleep made 3x longer or 0.4x as long);
+the statistics themselves are unit-tested in test_baseline.py and measured on this machine by
+benchmarks/verdict_quality.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from pytest_distperf import baseline as bl
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+RUN = ("--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA")
+
+NAPS = textwrap.dedent("""
+    import os
+    import time
+
+
+    def nap(seconds):
+        time.sleep(seconds)
+
+
+    def scale(name):
+        return float(os.environ.get("NAP_" + name.upper(), "1"))
+
+
+    def test_slowed(nccl_group):
+        nccl_group.measure("slowed", nap, 0.02 * scale("slowed"), iters=10, warmup=1)
+
+
+    def test_faster(nccl_group):
+        nccl_group.measure("faster", nap, 0.02 * scale("faster"), iters=10, warmup=1)
+
+
+    def test_same(nccl_group):
+        nccl_group.measure("same", nap, 0.02, iters=10, warmup=1)
+
+
+    def test_murky(nccl_group):
+        nccl_group.measure("murky", nap, 0.02, iters=10, warmup=1)
+""")
+
+
+def _make_murky(path: Path) -> None:
+    """Rewrite test_murky's stored samples: a fast estimate, yet most samples far slower, so
+    that a normal run is past the line but not statistically clear: inconclusive."""
+    data = bl.tomllib.loads(path.read_text())
+    (entry,) = data["tests"]["test_murky"].values()
+    table = entry["metrics"]["murky.time_s"]
+    table["samples"] = [0.005] * 5 + [1.0] * 15
+    table["value"] = 1.0
+    path.write_text(tomli_w.dumps(data))
+
+
+def test_save_then_compare_regression_improvement_mismatch_strict(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_naps=NAPS)
+    stored = pytester.path / "perf_baselines" / "test_naps.toml"
+
+    # 1. save: every metric is written, once, under this environment
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 4 saved*"])
+    data = bl.tomllib.loads(stored.read_text())
+    assert data["schema_version"] == bl.SCHEMA_VERSION
+    (env_id,) = data["environments"]
+    assert env_id.startswith("gloo-cpu-w2-torch")
+    assert sorted(data["tests"]) == ["test_faster", "test_murky", "test_same", "test_slowed"]
+    assert len(data["tests"]["test_same"][env_id]["metrics"]["same.time_s"]["samples"]) == 10
+    _make_murky(stored)
+    saved = stored.read_bytes()
+
+    # 2. compare: 3x slower fails with a table; 0.4x is reported as improved; same passes
+    monkeypatch.setenv("NAP_SLOWED", "3")
+    monkeypatch.setenv("NAP_FASTER", "0.4")
+    result = pytester.runpytest_subprocess(*RUN)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([
+        "*distperf: regressed in test_naps.py::test_slowed (tolerance 10%):",
+        "*metric*baseline*current*change*confidence*verdict",
+        "*slowed.time_s*ms*ms*+*%*%*regressed",
+        "*slowed.time_s: confirmed by * measurements*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*distperf verdicts (per metric): 1 regressed, 1 inconclusive, 1 improved, 1 unchanged",
+        "*REGRESSED*test_naps.py::test_slowed*slowed.time_s*",
+        "*INCONCLUSIVE*test_naps.py::test_murky*not statistically clear*",
+        "*IMPROVED*test_naps.py::test_faster*faster.time_s*re-save with --distperf-save*",
+    ])
+    result.stdout.fnmatch_lines(["*PytestWarning: distperf: inconclusive*murky.time_s*"])
+    assert "FAILED test_naps.py::test_slowed" in result.stdout.str()
+    assert stored.read_bytes() == saved  # comparing never writes
+
+    # 3. another environment (1 rank, not 2) is never compared against
+    monkeypatch.delenv("NAP_SLOWED")
+    result = pytester.runpytest_subprocess("--distperf", "--gpus", "1", "-p",
+                                           "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([
+        "*distperf verdicts (per metric): 4 not comparable",
+        f"*NOT COMPARABLE*gloo-cpu-w1-*baselines exist only for other environments "
+        f"({env_id})*",
+    ])
+    assert "regressed" not in result.stdout.str()
+    assert stored.read_bytes() == saved
+
+    # 4. --distperf-strict: inconclusive fails, with its figures
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-strict", "-k", "murky")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*distperf: inconclusive in test_naps.py::test_murky*",
+        "*murky.time_s*inconclusive",
+        "*murky.time_s: slower, but not statistically clear (Mann-Whitney p = *",
+    ])
+
+
+BAD = {
+    "test_corrupt": ('schema_version = 1\nmodule = "test_corrupt.py"\n[tests\n', 3,
+                     "not valid TOML"),
+    "test_empty": ("", 1, "the file is empty"),
+    "test_foreign": ('[tool.black]\nline-length = 88\n', 1,
+                     "not a pytest-distperf baseline file"),
+    "test_stale": ("schema_version = 0\n", 1, "stale schema version 0"),
+}
+
+
+def test_bad_baseline_files_are_refused_and_never_changed(pytester: pytest.Pytester) -> None:
+    folder = pytester.path / "perf_baselines"
+    folder.mkdir()
+    before = {}
+    for name, (text, _, _) in BAD.items():
+        pytester.makepyfile(**{name: textwrap.dedent("""
+            def test_it(nccl_group):
+                nccl_group.measure("noop", lambda: None, iters=5, warmup=0)
+        """)})
+        (folder / f"{name}.toml").write_text(text)
+        before[name] = (folder / f"{name}.toml").read_bytes()
+    # not even --distperf-save writes over them (comparing reads them the same way)
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result.assert_outcomes(failed=len(BAD))
+    for name, (_, line, words) in BAD.items():
+        result.stdout.fnmatch_lines(
+            [f"*distperf: bad baseline file {folder / name}.toml:{line}: {words}*"])
+        assert (folder / f"{name}.toml").read_bytes() == before[name], name
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.toml" for n in BAD)
+
+
+def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_many=textwrap.dedent("""
+        import time
+
+        import pytest
+
+
+        @pytest.mark.parametrize("i", range(6))
+        def test_it(nccl_group, i):
+            nccl_group.measure(f"nap{i}", time.sleep, 0.002, iters=5, warmup=0)
+    """))
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save", "-n", "3")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 6 saved*"])
+    data = bl.tomllib.loads((pytester.path / "perf_baselines" / "test_many.toml").read_text())
+    assert sorted(data["tests"]) == sorted(f"test_it[{i}]" for i in range(6))
+    for i in range(6):
+        (entry,) = data["tests"][f"test_it[{i}]"].values()
+        assert list(entry["metrics"]) == [f"nap{i}.time_s"]
