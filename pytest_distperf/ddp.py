@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -77,8 +78,11 @@ class _BucketTimer:
     """A DDP comm hook doing what the default all-reduce hook does, timing every bucket."""
 
     def __init__(self, clock: _Clock, group: Any) -> None:
+        import torch.distributed as dist
+
         self.clock = clock
         self.group = group
+        self.world = dist.get_world_size(group)
         self.active = False
         self.calls: list[tuple[int, int, Any, Any]] = []  # (bucket, bytes, start, end)
 
@@ -88,7 +92,7 @@ class _BucketTimer:
         buffer = bucket.buffer()
         index = bucket.index()
         nbytes = buffer.numel() * buffer.element_size()
-        buffer.div_(dist.get_world_size(self.group))
+        buffer.div_(self.world)
         start = self.clock.now() if self.active else None
         future = dist.all_reduce(buffer, group=self.group, async_op=True).get_future()
 
@@ -236,8 +240,8 @@ def _measure(spec: StepSpec) -> RankStep:
 
 def _bare_loop(spec: StepSpec, forward_backward: Callable[[], tuple[Any, Any]],
                optimizer: Any, clock: _Clock, rank: int, batch_size: int) -> RankStep:
-    """The same synchronised step in a plain loop (the overhead benchmark's reference):
-    one barrier, then ``steps`` back-to-back steps; every sample is the loop's mean."""
+    """The same synchronised step in a plain loop (the overhead benchmark's reference): one
+    barrier, then ``steps`` back-to-back steps with nothing but a timestamp between them."""
     import torch
     import torch.distributed as dist
 
@@ -249,17 +253,16 @@ def _bare_loop(spec: StepSpec, forward_backward: Callable[[], tuple[Any, Any]],
     dist.barrier()
     if clock.on_cuda:
         torch.cuda.synchronize()
-    start = clock.now()
+    marks = [clock.now()]
     for _ in range(spec.steps):
         _, loss = forward_backward()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    end = clock.now()
+        marks.append(clock.now())
     if clock.on_cuda:
         torch.cuda.synchronize()
-    mean = clock.seconds(start, end) / max(1, spec.steps)
-    samples = tuple([mean] * spec.steps)
+    samples = tuple(clock.seconds(a, b) for a, b in itertools.pairwise(marks))
     return RankStep(rank=rank, batch_size=batch_size, forward_s=(), backward_s=(),
                     optimizer_s=(), step_s=samples, no_sync_step_s=())
 

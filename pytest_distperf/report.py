@@ -35,7 +35,25 @@ def summary_lines(records: Sequence[TestRecord]) -> list[str]:
         for metric in record.metrics:
             unit = f" {metric.unit}" if metric.unit and metric.unit != "fraction" else ""
             lines.append(f"    {metric.name:<40} {metric.value:>14.6g}{unit}")
+        lines.extend(finding_lines(record))
         lines.extend(f"  ! {b}" for b in record.breaches)
+    return lines
+
+
+def finding_lines(record: TestRecord) -> list[str]:
+    """The analyzer's findings (``bottlenecks``) of the test's results, one line each."""
+    lines: list[str] = []
+    for entry in record.results:
+        result = entry.get("result") if isinstance(entry, dict) else None
+        if not isinstance(result, dict):
+            continue
+        for b in result.get("bottlenecks") or ():
+            if not isinstance(b, dict):
+                continue
+            ranks = b.get("ranks") or ()
+            where = f", ranks {', '.join(map(str, ranks))}" if ranks else ""
+            lines.append(f"    finding: {b.get('kind')} ({b.get('severity')}{where}): "
+                         f"{b.get('description')}")
     return lines
 
 

@@ -226,6 +226,9 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     out.fnmatch_lines(["test_gen.py::test_balanced [[]2 ranks[]] ok",
                        "    step_time_s *", "    throughput * samples/s",
                        "    comm_overhead *", "    imbalance *"])
+    out.fnmatch_lines(["test_gen.py::test_straggler [[]2 ranks[]] BREACH*",
+                       "    finding: imbalance (high, ranks 1): per-rank compute differs by *",
+                       "    finding: straggler (high, ranks 1): rank 1 computes *"])
     out.fnmatch_lines(["test_gen.py::test_weak_scaling [[]2 ranks[]] ok",
                        "    scaling_throughput.w1 *", "    scaling_throughput.w2 *",
                        "    scaling_efficiency.w2 *"])
@@ -247,3 +250,73 @@ def test_ddp_step_timer_is_skipped_without_distperf(pytester: pytest.Pytester) -
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*--distperf*"])
+
+
+# -- the controller side alone: recording and remeasuring (no ranks) --------------------------
+class RecordingGroup:
+    """Stands in for the DistGroup (not for torch.distributed): hands out synthetic rank
+    records and keeps what the timer records."""
+
+    def __init__(self, world_size: int = 2, available: int = 2) -> None:
+        from types import SimpleNamespace
+
+        self.world_size = world_size
+        self.engine = SimpleNamespace(world_size=available)
+        self.calls: list[tuple[str, int]] = []
+        self.recorded: list[tuple[str, list, object, object]] = []
+
+    def call(self, fn, args, kwargs, label, world_size=None):  # type: ignore[no-untyped-def]
+        from pytest_distperf.records import RankStep
+
+        size = world_size or self.world_size
+        self.calls.append((label, size))
+        slow = 0.04 * (1 + len(self.calls) % 2)  # changes between calls: a fresh measurement
+        return [RankStep(rank=r, batch_size=4, forward_s=(0.01,) * 3, backward_s=(0.02,) * 3,
+                         optimizer_s=(0.001,) * 3, step_s=(slow + 0.01,) * 3,
+                         no_sync_step_s=(slow,) * 3) for r in range(size)]
+
+    def record(self, label, metrics, result=None, remeasure=None):  # type: ignore[no-untyped-def]
+        self.recorded.append((label, list(metrics), result, remeasure))
+
+
+def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
+    from pytest_distperf.steptimer import DDPStepTimer
+
+    group = RecordingGroup()
+    timer = DDPStepTimer(group)  # type: ignore[arg-type]
+    t = timer(lambda: None, lambda rank: None, steps=3, name="m")
+    (label, metrics, result, remeasure) = group.recorded[0]
+    assert result is t and label == "ddp_step_timer(m.ddp, 2 ranks)"
+    names = [m.name for m in metrics]
+    assert names == ["m.step_time_s", "m.throughput", "m.comm_overhead", "m.imbalance"]
+    again = remeasure()
+    assert [m.name for m in again] == names
+    assert again[0].value != metrics[0].value  # measured again, not replayed
+    assert len(group.calls) == 2
+
+    r = timer.scaling(lambda: None, lambda rank: None, world_sizes=(2, 1), steps=3)
+    assert [size for _, size in group.calls[2:]] == [1, 2]
+    label, metrics, result, remeasure = group.recorded[1]
+    assert result is r and label == "ddp_step_timer.scaling(weak)"
+    assert [m.name for m in remeasure()] == [m.name for m in metrics] == [
+        "scaling_throughput.w1", "scaling_throughput.w2", "scaling_efficiency.w2"]
+
+
+def test_timer_refuses_before_running_anything() -> None:
+    from pytest_distperf.steptimer import DDPStepTimer
+
+    group = RecordingGroup(available=2)
+    timer = DDPStepTimer(group)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"asks for 4, 8 ranks but only 2 are available"):
+        timer.scaling(lambda: None, lambda rank: None, world_sizes=(1, 4, 8))
+    with pytest.raises(ValueError, match="world_sizes is empty"):
+        timer.scaling(lambda: None, lambda rank: None, world_sizes=())
+    with pytest.raises(ValueError, match=r"whole numbers >= 1, got \[0\]"):
+        timer.scaling(lambda: None, lambda rank: None, world_sizes=(0, 1))
+    with pytest.raises(TypeError, match="model_fn must be callable"):
+        timer("not a function", lambda rank: None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
+        timer(lambda: None, lambda rank: None, warmup=-1)
+    with pytest.raises(ValueError, match="name must be a word"):
+        timer(lambda: None, lambda rank: None, name="two words")
+    assert group.calls == [] and group.recorded == []
