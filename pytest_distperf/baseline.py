@@ -182,7 +182,8 @@ class Window:
 
     @classmethod
     def of(cls, metric: Metric, noise: NoiseFigures | None) -> Window:
-        return cls(metric.value, tuple(metric.samples), noise)
+        """The metric's figures (samples that are not finite numbers are left out)."""
+        return cls(metric.value, tuple(v for v in metric.samples if math.isfinite(v)), noise)
 
 
 def _round(value: float) -> float:
@@ -646,17 +647,16 @@ def _confidence(verdict: str, a: Assessment) -> float | None:
     return 1.0 - p
 
 
-def make_verdict(name: str, verdict: str, env_id: str, base: StoredMetric | None,
-                 assessment: Assessment | None, *, unit: str, higher_is_better: bool,
-                 tolerance: float, windows: int, detail: str,
-                 current: float | None = None) -> Verdict:
+def make_verdict(metric: Metric, verdict: str, env_id: str, assessment: Assessment | None,
+                 *, tolerance: float, windows: int, detail: str) -> Verdict:
+    """The record of one metric's verdict (``assessment`` None: nothing was compared)."""
     a = assessment
     noise = a.noise if a is not None else None
     return Verdict(
-        metric=name, verdict=verdict, environment=env_id, unit=unit,
-        higher_is_better=higher_is_better,
-        baseline=a.baseline if a is not None else (base.value if base is not None else None),
-        current=a.current if a is not None else current,
+        metric=metric.name, verdict=verdict, environment=env_id, unit=metric.unit,
+        higher_is_better=metric.higher_is_better,
+        baseline=a.baseline if a is not None else None,
+        current=a.current if a is not None else metric.value,
         change=a.change if a is not None else None,
         confidence=_confidence(verdict, a) if a is not None else None,
         tolerance=tolerance, windows=windows,
@@ -679,7 +679,9 @@ class Judgement:
                  environments: Mapping[str, Environment], first_noise: NoiseFigures | None,
                  tolerance: float, save: bool, baseline: BaselineFile | None, test: str,
                  remeasurable: Sequence[str]) -> None:
-        self.metrics = {m.name: m for m in metrics}
+        #: a metric whose value is not a finite number is neither compared nor saved
+        self.unusable = {m.name: m for m in metrics if not math.isfinite(m.value)}
+        self.metrics = {m.name: m for m in metrics if m.name not in self.unusable}
         self.labels = {name: labels.get(name, "") for name in self.metrics}
         self.envs = dict(environments)
         self.tolerance = tolerance
@@ -785,32 +787,34 @@ class Judgement:
 
     # -- results ---------------------------------------------------------------------------
     def verdicts(self) -> list[Verdict]:
-        out = []
+        out = [make_verdict(m, NOT_COMPARABLE, environment_id(self.envs[m.name]), None,
+                            tolerance=self.tolerance, windows=1,
+                            detail=f"its value is not a finite number ({m.value}): not "
+                                   + ("saved" if self.save else "compared"))
+               for m in self.unusable.values()]
         for name, metric in self.metrics.items():
             env_id = environment_id(self.envs[name])
-            common = dict(unit=metric.unit, higher_is_better=metric.higher_is_better,
-                          tolerance=self.tolerance, windows=len(self.windows[name]))
+            windows = len(self.windows[name])
             base = self._base[name]
             if self.save:
-                out.append(self._saved_verdict(name, env_id, base, common))
+                out.append(self._saved_verdict(metric, env_id, base))
                 continue
             if base is None:
                 verdict, detail = self._why_not[name]
-                out.append(make_verdict(name, verdict, env_id, None, None, detail=detail,
-                                        current=metric.value, **common))  # type: ignore[arg-type]
+                out.append(make_verdict(metric, verdict, env_id, None, tolerance=self.tolerance,
+                                        windows=windows, detail=detail))
                 continue
             verdict, chosen, detail, _ = decide(base, self.windows[name], self.tolerance,
                                                 can_confirm=self._can_confirm(name))
-            out.append(make_verdict(name, verdict, env_id, base, chosen, detail=detail,
-                                    **common))  # type: ignore[arg-type]
+            out.append(make_verdict(metric, verdict, env_id, chosen, tolerance=self.tolerance,
+                                    windows=windows, detail=detail))
         return out
 
-    def _saved_verdict(self, name: str, env_id: str, base: StoredMetric | None,
-                       common: dict[str, Any]) -> Verdict:
+    def _saved_verdict(self, metric: Metric, env_id: str, base: StoredMetric | None) -> Verdict:
+        name = metric.name
         window = self._best_window(name)
         stored = self._stored(name, window)
-        noisy = [] if self._window_trusted(name, window) else (
-            list(window.noise.too_noisy()) if window.noise else [])
+        noisy = list(window.noise.too_noisy()) if window.noise is not None else []
         spr = spread(window.samples, stored.higher_is_better)
         if spr is not None and spr > SPREAD_LIMIT:
             noisy.append(f"sample spread {spr:.0%} > {SPREAD_LIMIT:.0%}")
@@ -825,11 +829,13 @@ class Judgement:
             previous = estimate(base.samples, base.value, base.higher_is_better,
                                 base.is_fraction)
             change = (current - previous) / abs(previous) if previous else None
-        return Verdict(metric=name, verdict=SAVED, environment=env_id,
-                       baseline=previous, current=current, change=change,
+        return Verdict(metric=name, verdict=SAVED, environment=env_id, unit=metric.unit,
+                       higher_is_better=metric.higher_is_better, baseline=previous,
+                       current=current, change=change, tolerance=self.tolerance,
+                       windows=len(self.windows[name]),
                        steal=window.noise.steal if window.noise else None,
                        wait=window.noise.wait if window.noise else None,
-                       spread=spr, detail=detail, **common)
+                       spread=spr, detail=detail)
 
     def _stored(self, name: str, window: Window) -> StoredMetric:
         metric = self.metrics[name]

@@ -341,16 +341,21 @@ class DistperfSession:
 
     def _baseline_verdicts(self, item: pytest.Item, record: TestRecord, file: Any,
                            file_error: str, tolerance: float, noise_window: Any) -> list[str]:
-        """Compare with (or save as) the baselines; the failure lines (none: it passes)."""
+        """Compare with (or save as) the baselines; the failure lines (none: it passes).
+
+        Every metric of a test is keyed by the test's environment (its group size), also
+        those measured on a subgroup, such as a scaling sweep's ``.w1`` points: the sweep
+        depends on the size of the run.
+        """
         from pytest_distperf import baseline, report
 
+        env = self.environment(record.world_size)
         module, test = baseline.split_nodeid(item.nodeid)
         judgement = None
         if self.is_reporter and not file_error:
             judgement = baseline.Judgement(
                 metrics=record.metrics, labels=record.metric_labels,
-                environments={m.name: self.environment(m.world_size or record.world_size)
-                              for m in record.metrics},
+                environments={m.name: env for m in record.metrics},
                 first_noise=noise_window, tolerance=tolerance, save=self.cfg.save,
                 baseline=file, test=test, remeasurable=list(record.remeasure))
         for _ in range(baseline.CONFIRM_ROUNDS + baseline.SAVE_WINDOWS):

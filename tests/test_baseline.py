@@ -316,6 +316,19 @@ def test_judgement_without_a_baseline_passes_and_says_why(tmp_path: Path) -> Non
     assert v.verdict == bl.NOT_COMPARABLE and "changed meaning" in v.detail
 
 
+def test_a_metric_that_is_not_a_number_is_neither_compared_nor_saved() -> None:
+    good = Metric("w.time_s", 0.02, "s", False, (*TIMES[:-1], float("inf")))
+    bad = Metric("eff", float("nan"), "fraction", True)
+    j = judgement(None, good, bad, save=True)
+    j.add_window("measure(w)", [good], QUIET)
+    (entry,) = j.save_entries()
+    assert list(entry.metrics) == ["w.time_s"]
+    assert entry.metrics["w.time_s"].samples == TIMES[:-1]
+    verdicts = {v.metric: v for v in j.verdicts()}
+    assert verdicts["eff"].verdict == bl.NOT_COMPARABLE and "not saved" in verdicts["eff"].detail
+    assert verdicts["w.time_s"].verdict == bl.SAVED
+
+
 def test_saving_keeps_the_best_of_two_windows(tmp_path: Path) -> None:
     first = Metric("w.time_s", 0.03, "s", False, scaled(1.5))
     j = judgement(None, first, save=True)
