@@ -78,6 +78,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(flag, action="store", default=None, dest=dest,
                             metavar=flag.split("-")[-1].upper(), help=help_text)
         parser.addini(ini, help_text, type="string", default="")
+    from pytest_distperf.config import DEFAULT_THRESHOLDS
+
+    for name, default in DEFAULT_THRESHOLDS.items():
+        parser.addini(f"distperf_{name}",
+                      f"project-wide {name} threshold (default {default:g}); the baseline "
+                      f"file's thresholds table and the distperf marker override it",
+                      type="string", default="")
 
 
 def _value(config: pytest.Config, flag: str, ini: str) -> tuple[Any, str]:
@@ -89,6 +96,20 @@ def _value(config: pytest.Config, flag: str, ini: str) -> tuple[Any, str]:
     if raw not in ("", None):
         return raw, f"{ini} in {config.inipath or 'the ini file'}"
     return None, "default"
+
+
+def ini_thresholds(config: pytest.Config) -> dict[str, float]:
+    """The thresholds set in the ini file (``distperf_max_imbalance = 0.2``); ConfigError
+    naming the key, the value and the file when one is bad."""
+    from pytest_distperf.config import DEFAULT_THRESHOLDS
+
+    out: dict[str, float] = {}
+    for name in DEFAULT_THRESHOLDS:
+        key = f"distperf_{name}"
+        raw = config.getini(key)
+        if raw not in ("", None):
+            out[name] = parse_fraction(raw, key, f"{key} in {config.inipath or 'the ini file'}")
+    return out
 
 
 def build_config(config: pytest.Config) -> DistperfConfig:
@@ -145,6 +166,8 @@ class DistperfSession:
         self.cfg = cfg
         self.config = config
         self.records: list[TestRecord] = []
+        #: thresholds from the ini file: above the defaults, below baselines and markers
+        self.ini_thresholds: dict[str, float] = {}
         self.world_size = cfg.gpus or 2
         self.backend = "gloo"
         self.device_type = "cpu"
@@ -287,7 +310,7 @@ class DistperfSession:
             except baseline.BaselineError as exc:
                 file_error = str(exc)
         env_layer = file.thresholds(baseline.environment_id(env)) if file is not None else {}
-        limits = resolve_thresholds(env_layer, marker)
+        limits = resolve_thresholds(self.ini_thresholds, env_layer, marker)
         breaches = check_thresholds(record.metrics, limits)
         record.breaches = [b.describe() for b in breaches]
         lines = []
@@ -432,9 +455,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     try:
         cfg = build_config(config)
+        thresholds = ini_thresholds(config)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     session = DistperfSession(cfg, config)
+    session.ini_thresholds = thresholds
     config.stash[SESSION_KEY] = session
     if cfg.enabled:
         session.resolve()
@@ -553,7 +578,7 @@ def ddp_step_timer(request: pytest.FixtureRequest) -> Any:
     from pytest_distperf.steptimer import DDPStepTimer
 
     group = make_group(request)
-    return DDPStepTimer(group, resolve_thresholds(marker_settings(request.node)))
+    return DDPStepTimer(group, limits_for(request.node))
 
 
 @pytest.fixture
@@ -567,8 +592,14 @@ def dist_profiler(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     group = make_group(request)
     return DistProfiler(group, trace_dir=session.cfg.trace_dir or tmp_path,
                         nodeid=request.node.nodeid,
-                        limits=resolve_thresholds(marker_settings(request.node)),
+                        limits=limits_for(request.node),
                         write=session.is_reporter)
+
+
+def limits_for(item: pytest.Item) -> dict[str, float]:
+    """The thresholds a fixture's analysis uses: defaults, the ini file, the test's marker
+    (the verdict also applies the baseline file's table for the environment)."""
+    return resolve_thresholds(get_session(item.config).ini_thresholds, marker_settings(item))
 
 
 def make_group(request: pytest.FixtureRequest) -> Any:

@@ -175,6 +175,8 @@ def test_bad_batch(ddp_step_timer):
 
 def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
     pytester.makepyfile(test_gen=MODULE)
+    # a project-wide threshold from the ini file (markers still override it)
+    pytester.makeini("[pytest]\ndistperf_min_scaling_efficiency = 0.75\n")
     report = pytester.path / "report.json"
     result = pytester.runpytest_subprocess(
         "--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA",
@@ -209,10 +211,10 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
         "    suggestion: *",
         "*BODY-OK comm*",
     ])
-    # scaling efficiency is recorded and checked against its threshold
+    # scaling efficiency is recorded and checked against its threshold (here the ini's)
     out.fnmatch_lines([
         "*_ test_strong_scaling _*",
-        "  scaling_efficiency.w2 = * is below min_scaling_efficiency = 0.800",
+        "  scaling_efficiency.w2 = * is below min_scaling_efficiency = 0.750",
         "    suggestion: *",
         "*BODY-OK strong*",
     ])
@@ -240,6 +242,16 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     assert len(imbalance["samples"]) == 8
     names = [m["name"] for m in tests["test_balanced"]["metrics"]]
     assert names == ["step_time_s", "throughput", "comm_overhead", "imbalance"]
+
+
+def test_a_bad_ini_threshold_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\ndistperf_max_imbalance = lots\n")
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*distperf_max_imbalance: expected a number, got 'lots' "
+                                 "(from distperf_max_imbalance in *tox.ini)*"])
+    assert "Traceback" not in result.stderr.str()
 
 
 def test_ddp_step_timer_is_skipped_without_distperf(pytester: pytest.Pytester) -> None:
