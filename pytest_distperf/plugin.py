@@ -26,6 +26,7 @@ from pytest_distperf.config import (
     parse_fraction,
     parse_gpus,
     parse_timeout,
+    place_ranks,
     validate_marker_kwargs,
 )
 from pytest_distperf.records import Environment, Metric, TestRecord, to_dict
@@ -203,36 +204,19 @@ class DistperfSession:
             self.device_type = self._engine.device_type
             self.is_reporter = self._engine.rank == 0
             return
-        index, workers = _xdist_slot()
-        if cfg.gpus is not None:
-            world = cfg.gpus
-        elif self.visible_gpus:
-            world = max(1, self.visible_gpus // workers)
-        else:
-            world = 2
-        self.world_size = world
-        offset = index * world
         import torch.distributed as dist
 
+        index, workers = _xdist_slot()
         nccl_ok = cuda and dist.is_available() and dist.is_nccl_available()
-        backend = cfg.backend
-        if backend == "auto":
-            backend = "nccl" if nccl_ok and self.visible_gpus >= world else "gloo"
-        if backend == "nccl":
-            if not nccl_ok:
-                raise pytest.UsageError(
-                    "--distperf-backend nccl: this PyTorch has no CUDA/NCCL support "
-                    f"(torch {torch.__version__}); use --distperf-backend gloo")
-            if self.visible_gpus < offset + world:
-                where = f" for xdist worker {index} of {workers} (devices {offset}.." \
-                        f"{offset + world - 1})" if workers > 1 else ""
-                raise pytest.UsageError(
-                    f"--distperf-backend nccl needs {offset + world} GPUs (one per rank"
-                    f"{where}) but {self.visible_gpus} are visible; lower --gpus, use fewer "
-                    f"xdist workers, or use --distperf-backend gloo")
-        self.backend = backend
-        self.device_type = "cuda" if backend == "nccl" else "cpu"
-        self.device_offset = offset if backend == "nccl" else 0
+        try:
+            placement = place_ranks(cfg.backend, cfg.gpus, self.visible_gpus, nccl_ok,
+                                    index, workers)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.world_size = placement.world_size
+        self.backend = placement.backend
+        self.device_type = "cuda" if placement.backend == "nccl" else "cpu"
+        self.device_offset = placement.device_offset
 
     # -- the engine -----------------------------------------------------------------------
     @property
@@ -426,15 +410,19 @@ class DistperfSession:
 
 
 def marker_settings(item: pytest.Item) -> dict[str, float | int]:
-    """The validated keywords of the test's ``distperf`` marker (ConfigError when bad)."""
-    marker = item.get_closest_marker("distperf")
-    if marker is None:
-        return {}
-    if marker.args:
-        raise ConfigError(
-            f"@pytest.mark.distperf on {item.nodeid}: takes keywords only "
-            f"({', '.join(MARKER_KEYWORDS)}), got positional {marker.args!r}")
-    return validate_marker_kwargs(dict(marker.kwargs), item.nodeid)
+    """The validated keywords of the test's ``distperf`` markers (ConfigError when bad).
+
+    Markers merge: a module's ``pytestmark`` sets limits for every test in it, and a test's
+    own marker overrides them keyword by keyword.
+    """
+    merged: dict[str, object] = {}
+    for marker in reversed(list(item.iter_markers("distperf"))):  # farthest first
+        if marker.args:
+            raise ConfigError(
+                f"@pytest.mark.distperf on {item.nodeid}: takes keywords only "
+                f"({', '.join(MARKER_KEYWORDS)}), got positional {marker.args!r}")
+        merged.update(marker.kwargs)
+    return validate_marker_kwargs(merged, item.nodeid)
 
 
 def _echo(value: Any) -> Any:

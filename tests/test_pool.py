@@ -96,6 +96,14 @@ def test_subgroup_of_one(nccl_group):
         return dist.get_rank(), dist.get_world_size(), t.item()
     assert nccl_group.run(info) == [(0, 1, 1.0)]
 
+@pytest.mark.distperf(world_size=1, max_imbalance=0.5)
+class TestMarkersMerge:
+    @pytest.mark.distperf(max_imbalance=0.7)
+    def test_closest_keyword_wins(self, nccl_group, request):
+        from pytest_distperf.plugin import marker_settings
+        assert marker_settings(request.node) == {"world_size": 1, "max_imbalance": 0.7}
+        assert nccl_group.world_size == 1
+
 def test_full_group_after_subgroup(nccl_group):
     assert [r[1] for r in nccl_group.run(rank_and_sum, 1)] == [2, 2]
 
@@ -181,7 +189,7 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
 
 def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     result, out = pool_run
-    result.assert_outcomes(passed=9, failed=2, errors=2)
+    result.assert_outcomes(passed=10, failed=2, errors=2)
     result.stdout.fnmatch_lines([
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])
@@ -209,7 +217,8 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     for name in ("test_results_in_rank_order", "test_lambda_and_closure",
                  "test_helper_imported_next_to_the_test", "test_pool_still_works_after_a_raise",
                  "test_next_test_gets_a_working_group", "test_subgroup_of_one",
-                 "test_full_group_after_subgroup", "test_listeners_and_pids"):
+                 "test_full_group_after_subgroup", "test_listeners_and_pids",
+                 "TestMarkersMerge::test_closest_keyword_wins"):
         result.stdout.fnmatch_lines([f"PASSED *::{name}"])
     # no rank process outlives a normal run
     pids = json.loads((out / "pids.json").read_text())
