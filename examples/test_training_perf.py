@@ -1,0 +1,93 @@
+"""An example distributed performance suite: what a training team puts in CI.
+
+Run it (on CPU, 4 gloo ranks; on a GPU runner the same file runs on NCCL)::
+
+    pytest --distperf --gpus 4 examples/
+
+Each test measures something real on every rank and is gated twice: by the thresholds
+(communication overhead, load imbalance, scaling efficiency) and by the baselines stored under
+``perf_baselines/examples/`` for this environment, where there are any (refresh them with
+``--distperf-save``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+FEATURES = 256
+
+#: On CPU the ranks are processes time-sliced on a few cores (4 ranks on a 2-core CI machine),
+#: so load imbalance and scaling there measure the OS scheduler as much as the code.  This
+#: suite keeps CONTRACT.md's limits on GPUs and widens those two (and communication, which
+#: gloo does on the same cores) on CPU, where only a gross problem should fail; the baseline
+#: comparison still catches regressions against what this environment measured before.
+ON_CPU = not torch.cuda.is_available()
+CPU_LIMITS = {"max_imbalance": 1.5, "max_comm_overhead": 0.6, "min_scaling_efficiency": 0.1}
+pytestmark = [pytest.mark.distperf(**CPU_LIMITS)] if ON_CPU else []
+
+
+def make_model() -> nn.Module:
+    """A small MLP: enough compute per step that gradient sync is not the whole story."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(FEATURES, 1024), nn.ReLU(),
+        nn.Linear(1024, 1024), nn.ReLU(),
+        nn.Linear(1024, FEATURES),
+    )
+
+
+def make_batch(rank: int) -> torch.Tensor:
+    """This rank's input: 64 samples, different on every rank."""
+    generator = torch.Generator().manual_seed(1000 + rank)
+    return torch.randn(64, FEATURES, generator=generator)
+
+
+def test_group_is_consistent(nccl_group):
+    """Every rank sees the same group and agrees on a reduction."""
+    def check() -> tuple[int, float]:
+        t = torch.full((8,), float(dist.get_rank() + 1))
+        dist.all_reduce(t)
+        return dist.get_world_size(), t[0].item()
+
+    n = nccl_group.world_size
+    assert nccl_group.run(check) == [(n, n * (n + 1) / 2)] * n
+
+
+def test_allreduce_bandwidth(nccl_group):
+    """nccl-tests' all_reduce sweep: bus bandwidth per size, gated against the baseline."""
+    result = nccl_group.bench("all_reduce", ["256KiB", "4MiB"])
+    assert [row.size_bytes for row in result.rows] == [256 * 1024, 4 * 1024 * 1024]
+    assert all(row.busbw_gbps > 0 for row in result.rows)
+
+
+def test_ddp_training_step(ddp_step_timer):
+    """A DDP step: time, throughput, exposed communication and imbalance on every rank."""
+    timing = ddp_step_timer(make_model, make_batch, steps=10, warmup=2)
+    assert timing.throughput > 0
+    assert len(timing.per_rank) == ddp_step_timer.world_size
+
+
+def test_profiled_training(dist_profiler):
+    """Three DDP training steps profiled on every rank, merged into one Perfetto trace."""
+    def train() -> None:
+        model = nn.parallel.DistributedDataParallel(make_model())
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        batch = make_batch(dist.get_rank())
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(batch).sum().backward()
+            optimizer.step()
+
+    report = dist_profiler(train)
+    assert len(report.per_rank) == report.world_size
+    assert report.collective("all_reduce") is not None
+
+
+@pytest.mark.distperf(world_size=2)
+def test_weak_scaling(ddp_step_timer):
+    """Weak scaling from 1 to 2 ranks: the same per-rank batch, so ideally the same step time."""
+    result = ddp_step_timer.scaling(make_model, make_batch, world_sizes=(1, 2), steps=10)
+    assert result.efficiency[1] == 1.0
