@@ -5,10 +5,10 @@ Two halves, kept apart so that the controller never needs torch to read a result
 * planning and assembling (controller): :func:`plan` checks the op, sizes and dtype and
   fixes the element counts; :func:`build_result` turns the ranks' samples into a
   :class:`~pytest_distperf.records.CollectiveResult` with nccl-tests' algbw and busbw.
-* measuring (ranks): :func:`bench_on_rank` runs, per size, one correctness check then a
-  warm-up and a barrier-aligned timed loop (:func:`pytest_distperf.timing.time_iterations`:
-  CUDA events on GPU, ``perf_counter`` on CPU); :func:`pairs_on_rank` times every ordered
-  pair of ranks in turn.
+* measuring (ranks): :func:`bench_on_rank` runs, per size, a warm-up and a barrier-aligned
+  timed loop (:func:`pytest_distperf.timing.time_iterations`: CUDA events on GPU,
+  ``perf_counter`` on CPU), then one correctness check; :func:`pairs_on_rank` times every
+  ordered pair of ranks in turn.
 
 torch is imported inside the functions that run on the ranks (and in :func:`plan`, to check a
 dtype), never at import time.
@@ -266,9 +266,9 @@ def _setup(op: str, count: int, dtype: Any, device: Any
            ) -> tuple[Callable[[], Any], Callable[[], tuple[int, str]]]:
     """(run the op once, check it once) for one size on this rank.
 
-    The check fills the buffers with :func:`_pattern`, runs the op and counts wrong elements;
-    afterwards the buffers are zeroed so that the timed loop (in place, repeated) neither
-    overflows nor meets infinities.
+    The buffers start zeroed, so that the timed loop (in place, repeated) neither overflows
+    nor meets infinities.  The check fills them with :func:`_pattern`, runs the op, counts the
+    wrong elements and zeroes them again.
     """
     import torch
     import torch.distributed as dist
@@ -368,8 +368,10 @@ def _setup(op: str, count: int, dtype: Any, device: Any
 
 
 def bench_on_rank(spec: BenchSpec) -> list[dict[str, Any]]:
-    """What :meth:`DistGroup.bench` runs on every rank: per size, one check then the timed
-    loop.  Returns per size ``{"samples": [s, ...], "wrong": n, "first_wrong": text}``."""
+    """What :meth:`DistGroup.bench` runs on every rank: per size, the warm-up and the timed
+    loop (on zeroed buffers), then one correctness check, as nccl-tests orders them: the timed
+    calls follow nothing but warm-up calls of the same op.  Returns per size
+    ``{"samples": [s, ...], "wrong": n, "first_wrong": text}``."""
     import torch
 
     from pytest_distperf.timing import time_iterations
@@ -380,10 +382,11 @@ def bench_on_rank(spec: BenchSpec) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for label, count in zip(spec.labels, spec.counts, strict=True):
         phase = f"bench {spec.op} {label}"
-        set_phase(f"{phase}: allocating and checking")
+        set_phase(f"{phase}: allocating")
         fn, check = _setup(spec.op, count, dtype, device)
-        wrong, first = check()
         samples = time_iterations(fn, warmup=spec.warmup, iters=spec.iters, phase=phase)
+        set_phase(f"{phase}: checking the result")
+        wrong, first = check()
         out.append({"samples": samples, "wrong": wrong, "first_wrong": first})
         del fn, check
     return out

@@ -135,8 +135,8 @@ class DistGroup:
 
         ``op``: one of :data:`pytest_distperf.collectives.OPS`; ``sizes``: byte counts or
         strings (``"64KiB"``, ``"16MiB"``), default 64 KiB .. 64 MiB by x4 on CPU, .. 1 GiB on
-        GPU; ``dtype``: a torch dtype (default ``torch.float32``).  Per size: one correctness
-        check, ``warmup`` untimed calls, ``iters`` barrier-aligned timed calls.  Records
+        GPU; ``dtype``: a torch dtype (default ``torch.float32``).  Per size: ``warmup``
+        untimed calls, ``iters`` barrier-aligned timed calls, one correctness check.  Records
         ``<op>.<size>.busbw_gbps`` per size (``barrier.time_us`` for the barrier).  Wrong
         values raise :class:`~pytest_distperf.collectives.WrongResultError`.
         """
