@@ -65,12 +65,19 @@ def test_pairwise_send_recv(nccl_group: Any) -> None:
     cpu = nccl_group.device_type == "cpu"
     matrix = nccl_group.bench_pairs(size or None, dtype=_env("DTYPE", "float32"),
                                     iters=_env_int("ITERS", CPU_ITERS if cpu else GPU_ITERS))
-    ratio = _env("MIN_PAIR_RATIO", "")
-    if ratio:
-        slow = matrix.slow_pairs(float(ratio))
+    text = _env("MIN_PAIR_RATIO", "")
+    if text:
+        try:
+            ratio = float(text)
+        except ValueError:
+            raise pytest.UsageError(
+                f"DISTPERF_SUITE_MIN_PAIR_RATIO: expected a fraction such as 0.5, got {text!r}"
+            ) from None
+        slow = matrix.slow_pairs(ratio)
+        suspects = matrix.suspect_ranks(ratio)
         assert not slow, (
-            f"{len(slow)} pair(s) below {float(ratio):.0%} of a typical pair "
+            f"{len(slow)} pair(s) below {ratio:.0%} of a typical pair "
             f"({matrix.typical_gbps:.3f} GB/s): "
             + ", ".join(f"{p.src}->{p.dst} {p.busbw_gbps:.3f} GB/s" for p in slow)
-            + (f"; suspect rank(s) {matrix.suspect_ranks(float(ratio))}"
-               if matrix.suspect_ranks(float(ratio)) else ""))
+            + (f"; suspect rank(s) {', '.join(map(str, suspects))}: check that device and "
+               f"its link" if suspects else ""))
