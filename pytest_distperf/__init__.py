@@ -1,35 +1,66 @@
 """pytest-distperf: performance tests of distributed PyTorch training, gated in CI.
 
 The plugin module (``pytest_distperf.plugin``) is loaded by pytest through the ``pytest11``
-entry point; this package imports neither torch nor pytest at import time.
+entry point; this package imports neither torch nor numpy at import time.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pytest_distperf.collectives import OPS, WrongResultError
 from pytest_distperf.config import ConfigError, parse_size
 from pytest_distperf.launcher import RankError, RankTimeout
 from pytest_distperf.records import (
+    Bottleneck,
     CollectiveResult,
     CollectiveRow,
+    CollectiveStat,
     Environment,
+    MeasureResult,
     Metric,
     PairMatrix,
+    ProfileReport,
+    RankProfile,
+    ScalingPoint,
+    ScalingResult,
+    StepTiming,
+    Verdict,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "OPS",
+    "Bottleneck",
     "CollectiveResult",
     "CollectiveRow",
+    "CollectiveStat",
     "ConfigError",
+    "DesyncError",
     "Environment",
+    "MeasureResult",
     "Metric",
     "PairMatrix",
+    "ProfileReport",
     "RankError",
+    "RankProfile",
     "RankTimeout",
+    "ScalingPoint",
+    "ScalingResult",
+    "StepTiming",
+    "Verdict",
     "WrongResultError",
     "__version__",
     "parse_size",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # DesyncError lives with the trace analysis, which needs numpy: imported on first use so
+    # that loading the plugin stays cheap in every pytest run.
+    if name == "DesyncError":
+        from pytest_distperf.traces import DesyncError
+
+        return DesyncError
+    raise AttributeError(f"module 'pytest_distperf' has no attribute {name!r}")
