@@ -18,14 +18,15 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
    *suspected* when the estimate is worse by at least half of it (the midpoint between "no
    change" and "a change of the tolerance") and by the minimum absolute delta (fractions:
    ``MIN_FRACTION_POINTS`` points as well, so that 0.02 -> 0.04 is no regression).
-3. Confirmation: a suspected regression is measured again on the same ranks (up to
-   ``CONFIRM_ROUNDS`` times); the best window counts, since noise cannot make work faster.
-4. Evidence: it is a *regression* only when the best window is still past the line, it was
-   seen in at least two windows (where a re-measurement is possible), one-sided Mann-Whitney
-   U says current is slower than the baseline at ``ALPHA``, and that window was quiet: the
-   noise probe (:mod:`pytest_distperf.noise`: host steal, CPU wait of the ranks) under its
-   limits and the sample spread under ``SPREAD_LIMIT``.  Past the line but never quiet or
-   never significant: *inconclusive*, with the figures.
+3. Confirmation: a suspected regression is measured again on the same ranks
+   (``CONFIRMATIONS`` times, a pause apart); the best window counts, since noise cannot make
+   work faster.
+4. Evidence: it is a *regression* only when the best of those windows is still past the
+   line, a one-sided Mann-Whitney U test of the better halves of the samples says current is
+   slower than the baseline at ``ALPHA``, and that window was quiet: the noise probe
+   (:mod:`pytest_distperf.noise`: host steal, CPU wait of the ranks) under its limits and
+   the sample spread under ``SPREAD_LIMIT``.  Past the line but never quiet or never
+   significant: *inconclusive*, with the figures.
 """
 
 from __future__ import annotations
@@ -70,13 +71,15 @@ SAVED = "saved"
 VERDICT_ORDER = (REGRESSED, INCONCLUSIVE, IMPROVED, NOT_COMPARABLE, NO_BASELINE, UNCHANGED,
                  SAVED)
 
-#: Good-side quantile of the samples that a time is judged by (0.9 for higher-is-better).
-ESTIMATOR_QUANTILE = 0.1
+#: Good-side quantile of the samples that a time is judged by (0.95 for higher-is-better):
+#: all but the minimum, so that one odd sample cannot decide.
+ESTIMATOR_QUANTILE = 0.05
 #: A change is suspected at this fraction of the tolerance (the midpoint between 0 and it).
 DECISION_FRACTION = 0.5
 #: One-sided Mann-Whitney U significance a regression or an improvement needs.
 ALPHA = 0.01
-#: Fewer samples than this on either side: no test, the point estimates and confirmation only.
+#: Fewer samples than this (in either side's better half, for the test): the metric's value
+#: stands for them, and no test is made (point estimates and confirmation only).
 MIN_SAMPLES = 5
 #: A window whose samples spread more than this ((median - estimate) / estimate) is too noisy.
 SPREAD_LIMIT = 0.5
@@ -84,10 +87,18 @@ SPREAD_LIMIT = 0.5
 MIN_FRACTION_POINTS = 0.05
 #: Smallest absolute change that can count, by unit: microsecond noise never fails a build.
 MIN_ABS_DELTA = {"s": 5e-6, "ms": 5e-3, "us": 5.0, "ns": 5e3}
+#: Re-measurements that must all still be past the line before a regression is called:
+#: this machine's host has slow spells of a few seconds (every timing 20-25% slower, with no
+#: steal and no CPU wait to show for it); four measurements in a row rarely all fall in one.
+CONFIRMATIONS = 3
 #: Re-measurements at most to confirm (or clear) a suspected regression.
 CONFIRM_ROUNDS = 3
-#: A saved baseline is the best of this many measurements (more while they are noisy).
-SAVE_WINDOWS = 2
+#: Seconds between re-measurements, so that they do not all fall in one slow spell.
+CONFIRM_PAUSE_S = 0.5
+#: A saved baseline is the best of this many measurements (spread out like confirmations)...
+SAVE_WINDOWS = 4
+#: ... and of up to this many while the best one is too noisy.
+SAVE_MAX_WINDOWS = 6
 #: Seconds to wait before re-measuring after a window that was too noisy (by round): another
 #: job's burst of work often ends within seconds.
 NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
@@ -516,6 +527,13 @@ def spread(samples: Sequence[float], higher_is_better: bool) -> float | None:
     return abs(float(np.median(np.asarray(samples, dtype=float))) - good) / abs(good)
 
 
+def good_half(samples: Sequence[float], higher_is_better: bool) -> list[float]:
+    """The better half of the samples (the faster for a time), which the test compares:
+    the slow half of a time is where the noise lives, and it would drown the signal."""
+    ordered = sorted(samples, reverse=higher_is_better)
+    return ordered[: (len(ordered) + 1) // 2]
+
+
 def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Ranks 1..n with ties averaged, and the sizes of the tie groups."""
     order = np.argsort(values, kind="mergesort")
@@ -593,8 +611,8 @@ def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
     worse_like = big_enough and worse >= line
     better_like = big_enough and -worse >= line
     p_worse = p_better = None
-    if len(base.samples) >= MIN_SAMPLES and len(window.samples) >= MIN_SAMPLES:
-        cur, old = window.samples, base.samples
+    cur, old = good_half(window.samples, hib), good_half(base.samples, hib)
+    if len(cur) >= MIN_SAMPLES and len(old) >= MIN_SAMPLES:
         up, down = mann_whitney_greater(cur, old), mann_whitney_greater(old, cur)
         p_worse, p_better = (down, up) if hib else (up, down)
     spr = spread(window.samples, hib)
@@ -614,8 +632,8 @@ def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
     """(verdict, the assessment it reports, detail, whether to measure again)."""
     assessments = [assess(base, w, tolerance) for w in windows]
     best = min(assessments, key=lambda a: a.worse)
-    confirmed = len(windows) >= 2 or not can_confirm
-    rounds_left = can_confirm and len(windows) <= CONFIRM_ROUNDS
+    confirmed = len(windows) > CONFIRMATIONS or not can_confirm
+    rounds_left = can_confirm and len(windows) <= max(CONFIRM_ROUNDS, CONFIRMATIONS)
     if best.better_like and _significant(best.p_better):
         return IMPROVED, best, "faster than the baseline: re-save with --distperf-save", False
     if not best.worse_like:
@@ -755,7 +773,7 @@ class Judgement:
         if self.save:
             if count < SAVE_WINDOWS:
                 return True
-            return (count <= CONFIRM_ROUNDS
+            return (count < SAVE_MAX_WINDOWS
                     and not self._window_trusted(name, self._best_window(name)))
         base = self._base[name]
         if base is None:
@@ -767,9 +785,9 @@ class Judgement:
         return sorted({self.labels[n] for n in self.metrics if self._wants_more(n)})
 
     def backoff(self) -> float:
-        """Seconds to wait before the next re-measurement: more than zero only when the last
-        window of a metric to re-measure was too noisy."""
-        delays = []
+        """Seconds to wait before the next re-measurement: ``CONFIRM_PAUSE_S``, longer when
+        the last window of a metric to re-measure was too noisy."""
+        delays = [CONFIRM_PAUSE_S] if self.wanted() else []
         for name in self.metrics:
             if not self._wants_more(name):
                 continue
