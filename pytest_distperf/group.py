@@ -11,7 +11,7 @@ import contextlib
 import sys
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_distperf.launcher import Engine
 from pytest_distperf.records import CollectiveResult, MeasureResult, Metric, PairMatrix
@@ -20,6 +20,7 @@ from pytest_distperf.records import CollectiveResult, MeasureResult, Metric, Pai
 #: the same ranks and returns fresh metrics of the same names (used to confirm a regression).
 Remeasure = Callable[[], Sequence[Metric]]
 Recorder = Callable[[str, Sequence[Metric], Any, "Remeasure | None"], None]
+Checked = TypeVar("Checked", CollectiveResult, PairMatrix)
 
 
 class DistGroup:
@@ -148,22 +149,12 @@ class DistGroup:
         label = f"bench({op})"
 
         def once() -> CollectiveResult:
-            __tracebackhide__ = True
             per_rank = self.call(collectives.bench_on_rank, (spec,), {},
                                  f"bench({op}, {len(spec.labels)} size(s))")
-            result = collectives.build_result(spec, per_rank, backend=self.backend,
-                                              device_type=self.device_type)
-            if result.wrong:
-                raise collectives.WrongResultError(collectives.wrong_message(result), result)
-            return result
+            return collectives.build_result(spec, per_rank, backend=self.backend,
+                                            device_type=self.device_type)
 
-        try:
-            result = once()
-        except collectives.WrongResultError as exc:
-            self.record(label, [], exc.result)  # shown in the table, with its #wrong
-            raise
-        self.record(label, result.metrics(), result, lambda: once().metrics())
-        return result
+        return self._record_checked(label, once)
 
     def bench_pairs(self, size: int | str | None = None, *, dtype: Any = None,
                     warmup: int = 3, iters: int = 10) -> PairMatrix:
@@ -184,21 +175,37 @@ class DistGroup:
         label = f"bench_pairs({spec.labels[0]})"
 
         def once() -> PairMatrix:
-            __tracebackhide__ = True
             per_rank = self.call(collectives.pairs_on_rank,
                                  (spec.counts[0], spec.dtype, warmup, iters), {}, label)
-            result = collectives.build_pairs(spec, per_rank, backend=self.backend,
-                                             device_type=self.device_type)
+            return collectives.build_pairs(spec, per_rank, backend=self.backend,
+                                           device_type=self.device_type)
+
+        return self._record_checked(label, once)
+
+    def _record_checked(self, label: str, once: Callable[[], Checked]) -> Checked:
+        """Run a collective measurement, failing on wrong values, and record it.
+
+        ``once()`` measures and returns a result with ``wrong`` (the #wrong count) and
+        ``metrics()``.  Wrong values raise WrongResultError, after recording the result
+        without metrics so that its table still shows the count.  Otherwise the metrics are
+        recorded with a re-measurement that checks the values again.
+        """
+        __tracebackhide__ = True
+        from pytest_distperf import collectives
+
+        def checked() -> Checked:
+            __tracebackhide__ = True
+            result = once()
             if result.wrong:
                 raise collectives.WrongResultError(collectives.wrong_message(result), result)
             return result
 
         try:
-            result = once()
+            result = checked()
         except collectives.WrongResultError as exc:
             self.record(label, [], exc.result)
             raise
-        self.record(label, result.metrics(), result, lambda: once().metrics())
+        self.record(label, result.metrics(), result, lambda: checked().metrics())
         return result
 
 
