@@ -280,6 +280,9 @@ def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
     for kind in _VERDICT_ORDER:
         if kind == "unchanged":
             continue
+        if kind == "no baseline":  # one line per test: they all say the same
+            lines.extend(_no_baseline_lines(verdicts))
+            continue
         for nodeid, v in verdicts:
             if v.verdict != kind:
                 continue
@@ -300,4 +303,20 @@ def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
                 if kind == "inconclusive" and _noise(v):
                     extra = f"{extra}; {_noise(v)}" if extra else _noise(v)
                 lines.append(f"{head}  {figures}" + (f"  [{extra}]" if extra else ""))
+    return lines
+
+
+def _no_baseline_lines(verdicts: Sequence[tuple[str, Verdict]]) -> list[str]:
+    """``NO BASELINE  <test>  N metrics [environment] why``, one line per test."""
+    by_test: dict[str, list[Verdict]] = {}
+    for nodeid, v in verdicts:
+        if v.verdict == "no baseline":
+            by_test.setdefault(nodeid, []).append(v)
+    lines = []
+    for nodeid, group in by_test.items():
+        environments = ", ".join(dict.fromkeys(v.environment for v in group))
+        details = list(dict.fromkeys(v.detail for v in group))
+        what = (group[0].metric if len(group) == 1 else f"{len(group)} metrics")
+        why = details[0] if len(details) == 1 else "; ".join(details)
+        lines.append(f"  {'NO BASELINE':<14} {nodeid}  {what}  [{environments}] {why}")
     return lines
