@@ -16,6 +16,7 @@ wait of the ranks, sample spread) and the host steal over the whole run from /pr
     python benchmarks/verdict_quality.py                     # 2 blocks: 30 clean, 10+10 slow
     python benchmarks/verdict_quality.py --blocks 1 --clean 2 --slow 1   # a smoke run
     python benchmarks/verdict_quality.py --json runs.json    # keep every run's figures
+    python benchmarks/verdict_quality.py --hog 0.3           # with a noisy neighbour
 
 Results and method: benchmarks/verdict_quality.md.
 """
@@ -79,6 +80,19 @@ def busy_between(before: list[int], after: list[int]) -> float:
     return (total - deltas[3] - deltas[4] - deltas[STEAL_COLUMN]) / total if total else 0.0
 
 
+HOG = textwrap.dedent('''
+    import random, sys, time
+    duty, seed = float(sys.argv[1]), int(sys.argv[2])
+    rng = random.Random(seed)
+    while True:  # bursts of busy CPU (0.1-2 s) with idle gaps, busy `duty` of the time
+        burst = rng.uniform(0.1, 2.0)
+        end = time.monotonic() + burst
+        while time.monotonic() < end:
+            pass
+        time.sleep(burst * (1 - duty) / duty)
+''')
+
+
 def run_pytest(project: Path, extra: float, save: bool, reps: int) -> dict[str, Any]:
     report = project / "report.json"
     report.unlink(missing_ok=True)
@@ -132,6 +146,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
         for r in group:
             counts[r.get("verdict", "error")] = counts.get(r.get("verdict", "error"), 0) + 1
         steals = [r["run_steal"] for r in group]
+        waits = [r["wait"] for r in group if r.get("wait") is not None]
         label = "clean" if extra == 0 else f"+{extra:.0%} work"
         caught = counts.get("regressed", 0)
         headline = (f"false alarms {caught}/{len(group)}" if extra == 0
@@ -140,7 +155,9 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
             f"{label:>10}: {headline}; verdicts "
             + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
             + f"; host steal over the runs median {statistics.median(steals):.1%}, "
-              f"max {max(steals):.1%}")
+              f"max {max(steals):.1%}"
+            + (f"; CPU wait of the ranks median {statistics.median(waits):.1%}, "
+               f"max {max(waits):.1%}" if waits else ""))
     noisy = [r for r in compares if r.get("verdict") == "inconclusive"]
     lines.append(f"inconclusive: {len(noisy)}/{len(compares)} compare runs")
     return lines
@@ -160,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-pause", type=float, default=20.0,
                         help="seconds to wait before re-saving a noisy baseline")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hog", type=float, default=0.0, metavar="DUTY",
+                        help="also run a noisy neighbour: one process that keeps a CPU busy "
+                             "this share of the time, in random bursts (default 0: none)")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     args = parser.parse_args(argv)
 
@@ -168,6 +188,28 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     print(f"verdict_quality: {started:%Y-%m-%d %H:%M %Z}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, python {platform.python_version()}", flush=True)
+    hog = None
+    if args.hog > 0:
+        hog = subprocess.Popen([sys.executable, "-c", HOG, str(args.hog), str(args.seed)])
+        print(f"noisy neighbour: pid {hog.pid}, busy {args.hog:.0%} of the time", flush=True)
+    try:
+        run_all(args, rng, runs)
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    finished = datetime.datetime.now().astimezone()
+    print(f"--- summary ({(finished - started).total_seconds() / 60:.1f} min)")
+    for line in summarize(runs):
+        print(line)
+    if args.json:
+        args.json.write_text(json.dumps({"started": started.isoformat(),
+                                         "finished": finished.isoformat(),
+                                         "hog": args.hog, "runs": runs}, indent=1))
+    return 0
+
+
+def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory(prefix="distperf-vq-") as tmp:
         project = Path(tmp)
         (project / "test_vq.py").write_text(TEST_FILE)
@@ -196,15 +238,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(describe(run), flush=True)
                 if run.get("verdict") == "error":
                     print(run["output"], flush=True)
-    finished = datetime.datetime.now().astimezone()
-    print(f"--- summary ({(finished - started).total_seconds() / 60:.1f} min)")
-    for line in summarize(runs):
-        print(line)
-    if args.json:
-        args.json.write_text(json.dumps({"started": started.isoformat(),
-                                         "finished": finished.isoformat(),
-                                         "runs": runs}, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

@@ -516,6 +516,15 @@ def estimate(samples: Sequence[float], value: float, higher_is_better: bool,
     return float(np.quantile(np.asarray(samples, dtype=float), q))
 
 
+def selection_figure(window: Window, higher_is_better: bool, fraction: bool) -> float:
+    """What the windows of a save are ranked by: the median of the better half of the
+    samples (the 25% quantile of a time), or the value where there are too few."""
+    if fraction or len(window.samples) < MIN_SAMPLES:
+        return float(window.value)
+    q = 0.75 if higher_is_better else 0.25
+    return float(np.quantile(np.asarray(window.samples, dtype=float), q))
+
+
 def spread(samples: Sequence[float], higher_is_better: bool) -> float | None:
     """How far the median sits from the estimate, relative: (median - p10) / p10 for a time.
     None with too few samples."""
@@ -753,10 +762,12 @@ class Judgement:
         return self.labels[name] in self.remeasurable
 
     def _best_window(self, name: str) -> Window:
+        """The window to store: the one whose better half is best (its median), not the one
+        with the best few samples, which may be a slow spell with a fast moment in it: its
+        better half would be slower than most clean runs, and no test could tell."""
         metric = self.metrics[name]
         wins = self.windows[name]
-        key = [estimate(w.samples, w.value, metric.higher_is_better, metric.is_fraction)
-               for w in wins]
+        key = [selection_figure(w, metric.higher_is_better, metric.is_fraction) for w in wins]
         pick = int(np.argmax(key) if metric.higher_is_better else np.argmin(key))
         return wins[pick]
 

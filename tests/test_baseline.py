@@ -347,6 +347,12 @@ def test_saving_keeps_the_best_window(tmp_path: Path) -> None:
     assert entry.metrics["w.time_s"].samples == TIMES
     (v,) = j.verdicts()
     assert v.verdict == bl.SAVED and f"best of {bl.SAVE_WINDOWS}" in v.detail
+    spell = judgement(None, Metric("w.time_s", 0.02, "s", False, TIMES), save=True)
+    mixed = (0.0195, 0.0195, *scaled(1.25)[2:])  # a slow spell with a fast moment in it
+    for _ in range(1, bl.SAVE_WINDOWS):
+        spell.add_window("measure(w)", [Metric("w.time_s", 0.025, "s", False, mixed)], QUIET)
+    (entry,) = spell.save_entries()
+    assert entry.metrics["w.time_s"].samples == TIMES  # not the one with the fastest samples
     noisy = judgement(None, Metric("w.time_s", 0.02, "s", False, TIMES), save=True)
     noisy.windows["w.time_s"][0] = bl.Window(0.02, TIMES, BUSY)
     for _ in range(bl.SAVE_MAX_WINDOWS - 1):
