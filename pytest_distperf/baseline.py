@@ -19,7 +19,7 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
    change" and "a change of the tolerance") and by the minimum absolute delta (fractions:
    ``MIN_FRACTION_POINTS`` points as well, so that 0.02 -> 0.04 is no regression).
 3. Confirmation: a suspected regression is measured again on the same ranks
-   (``CONFIRMATIONS`` times, a pause apart); the best window counts, since noise cannot make
+   (``CONFIRMATIONS`` times, growing pauses apart); the best window counts, since noise cannot make
    work faster.
 4. Evidence: it is a *regression* only when the best of those windows is still past the
    line, a one-sided Mann-Whitney U test of the better halves of the samples says current is
@@ -93,14 +93,18 @@ MIN_ABS_DELTA = {"s": 5e-6, "ms": 5e-3, "us": 5.0, "ns": 5e3}
 CONFIRMATIONS = 3
 #: Re-measurements at most to confirm (or clear) a suspected regression.
 CONFIRM_ROUNDS = 3
-#: Seconds between re-measurements, so that they do not all fall in one slow spell.
-CONFIRM_PAUSE_S = 0.5
-#: A saved baseline is the best of this many measurements (spread out like confirmations)...
+#: Seconds before each confirming re-measurement: growing, so that the four measurements of
+#: a regression span about 9 s, longer than this host's slow spells (4 s was not: 4 false
+#: alarms in 30 clean runs).
+CONFIRM_PAUSES_S = (1.0, 2.0, 4.0)
+#: A saved baseline is the best of this many measurements...
 SAVE_WINDOWS = 4
-#: ... and of up to this many while the best one is too noisy.
+#: ... and of up to this many while the best one is too noisy...
 SAVE_MAX_WINDOWS = 6
-#: Seconds to wait before re-measuring after a window that was too noisy (by round): another
-#: job's burst of work often ends within seconds.
+#: ... this many seconds apart...
+SAVE_PAUSE_S = 0.5
+#: ... or longer after a window that was too noisy (by round): another job's burst of work
+#: often ends within seconds.
 NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance")
@@ -796,16 +800,19 @@ class Judgement:
         return sorted({self.labels[n] for n in self.metrics if self._wants_more(n)})
 
     def backoff(self) -> float:
-        """Seconds to wait before the next re-measurement: ``CONFIRM_PAUSE_S``, longer when
-        the last window of a metric to re-measure was too noisy."""
-        delays = [CONFIRM_PAUSE_S] if self.wanted() else []
+        """Seconds to wait before the next round of re-measurements (0: none is wanted)."""
+        delays = []
         for name in self.metrics:
             if not self._wants_more(name):
                 continue
-            last = self.windows[name][-1]
-            if not self._window_trusted(name, last):
-                rounds = len(self.windows[name]) - 1
-                delays.append(NOISY_BACKOFF_S[min(rounds, len(NOISY_BACKOFF_S) - 1)])
+            done = len(self.windows[name]) - 1  # re-measurements so far
+            if self.save:
+                delay = SAVE_PAUSE_S
+                if not self._window_trusted(name, self.windows[name][-1]):
+                    delay = max(delay, NOISY_BACKOFF_S[min(done, len(NOISY_BACKOFF_S) - 1)])
+            else:
+                delay = CONFIRM_PAUSES_S[min(done, len(CONFIRM_PAUSES_S) - 1)]
+            delays.append(delay)
         return max(delays, default=0.0)
 
     def add_window(self, label: str, metrics: Sequence[Metric],

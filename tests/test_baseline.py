@@ -291,16 +291,17 @@ def test_judgement_asks_for_confirmation_then_decides(tmp_path: Path) -> None:
     file = bl.load(path)
     slow = Metric("w.time_s", 0.04, "s", False, scaled(2.0))
     j = judgement(file, slow)
-    for _ in range(bl.CONFIRMATIONS):
-        assert j.wanted() == ["measure(w)"] and j.backoff() == bl.CONFIRM_PAUSE_S
+    for i in range(bl.CONFIRMATIONS):
+        assert j.wanted() == ["measure(w)"] and j.backoff() == bl.CONFIRM_PAUSES_S[i]
         j.add_window("measure(w)", [slow], QUIET)
     assert j.wanted() == [] and j.backoff() == 0.0
     (verdict,) = j.verdicts()
     assert verdict.verdict == bl.REGRESSED and verdict.windows == REG
     assert verdict.confidence is not None and verdict.confidence > 0.99
-    noisy = judgement(file, slow)
-    noisy.windows["w.time_s"][0] = bl.Window(0.04, scaled(2.0), BUSY)
-    assert noisy.backoff() == max(bl.NOISY_BACKOFF_S[0], bl.CONFIRM_PAUSE_S)
+    saving = judgement(file, slow, save=True)
+    assert saving.backoff() == bl.SAVE_PAUSE_S
+    saving.windows["w.time_s"][0] = bl.Window(0.04, scaled(2.0), BUSY)
+    assert saving.backoff() == max(bl.NOISY_BACKOFF_S[0], bl.SAVE_PAUSE_S)
 
 
 def test_judgement_without_a_baseline_passes_and_says_why(tmp_path: Path) -> None:
