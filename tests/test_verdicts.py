@@ -161,15 +161,15 @@ def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytes
         import pytest
 
 
-        @pytest.mark.parametrize("i", range(6))
+        @pytest.mark.parametrize("i", range(3))
         def test_it(nccl_group, i):
             nccl_group.measure(f"nap{i}", time.sleep, 0.002, iters=5, warmup=0)
     """))
     result = pytester.runpytest_subprocess(*RUN, "--distperf-save", "-n", "3")
-    result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 6 saved*"])
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 3 saved*"])
     data = bl.tomllib.loads((pytester.path / "perf_baselines" / "test_many.toml").read_text())
-    assert sorted(data["tests"]) == sorted(f"test_it[{i}]" for i in range(6))
-    for i in range(6):
+    assert sorted(data["tests"]) == sorted(f"test_it[{i}]" for i in range(3))
+    for i in range(3):
         (entry,) = data["tests"][f"test_it[{i}]"].values()
         assert list(entry["metrics"]) == [f"nap{i}.time_s"]
