@@ -648,7 +648,7 @@ def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
     confirmed = len(windows) > CONFIRMATIONS or not can_confirm
     rounds_left = can_confirm and len(windows) <= max(CONFIRM_ROUNDS, CONFIRMATIONS)
     if best.better_like and _significant(best.p_better):
-        return IMPROVED, best, "faster than the baseline: re-save with --distperf-save", False
+        return IMPROVED, best, "better than the baseline: re-save with --distperf-save", False
     if not best.worse_like:
         return UNCHANGED, best, "", False
     evidence = [a for a in assessments if a.trusted and _significant(a.p_worse)]
