@@ -45,6 +45,10 @@ def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
             t0 = time.perf_counter()
             fn()
             samples.append(time.perf_counter() - t0)
+    # No rank may start other work (a correctness check that fills large buffers, say) while
+    # another is still in its last timed call: on shared cores that work would slow the last
+    # iteration of the slower rank, and the slowest rank's time is the sample.
+    dist.barrier()
     return samples
 
 
