@@ -38,7 +38,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from pytest_distperf.config import DEFAULT_THRESHOLDS
+from pytest_distperf.files import write_atomically
 from pytest_distperf.noise import NoiseFigures
 from pytest_distperf.records import Environment, Metric, Verdict
 
@@ -459,7 +459,7 @@ def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
         tests[test] = per_env
         data["environments"] = envs
         data["tests"] = tests
-        _write_atomically(path, tomli_w.dumps(_sorted(data)))
+        write_atomically(path, tomli_w.dumps(_sorted(data)))
 
 
 def _sorted(data: dict[str, Any]) -> dict[str, Any]:
@@ -482,27 +482,6 @@ def _sorted(data: dict[str, Any]) -> dict[str, Any]:
         for test, per_env in sorted(data["tests"].items())
     }
     return out
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # -- statistics ------------------------------------------------------------------------------

@@ -92,10 +92,6 @@ class DistGroup:
             )
         return self._engine.execute(fn, args, kwargs, size, label)
 
-    def subgroup(self, world_size: int) -> DistGroup:
-        """A handle on the first ``world_size`` ranks of the same pool."""
-        return DistGroup(self._engine, world_size, recorder=self._recorder)
-
     def record(self, label: str, metrics: Sequence[Metric], result: Any = None,
                remeasure: Remeasure | None = None) -> None:
         """Hand metrics (and the result they came from) to the test's verdict.

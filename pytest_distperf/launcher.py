@@ -113,9 +113,6 @@ class RankPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.pid is not None]
 
-    def listen_port(self) -> int | None:
-        return self._sock.getsockname()[1] if self._sock is not None else None
-
     def start(self) -> None:
         import multiprocessing as mp
 

@@ -466,9 +466,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
-        names = getattr(item, "fixturenames", ())
-        if item.get_closest_marker("distperf") or any(n in names for n in FIXTURE_NAMES):
+        if is_distperf_test(item):
             item.add_marker(skip)
+
+
+def is_distperf_test(item: pytest.Item) -> bool:
+    """Whether the test uses a distperf fixture or carries the ``distperf`` marker."""
+    names = getattr(item, "fixturenames", ())
+    return bool(item.get_closest_marker("distperf")) or any(n in names for n in FIXTURE_NAMES)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -482,7 +487,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     session = item.config.stash.get(SESSION_KEY, None)
-    start = session.noise_snapshot() if session is not None and session.cfg.enabled else None
+    start = None
+    if session is not None and session.cfg.enabled and is_distperf_test(item):
+        start = session.noise_snapshot()
     result = yield
     record = item.stash.get(RECORD_KEY, None)
     if session is not None and record is not None and record.metrics:
@@ -512,8 +519,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for line in report.verdict_summary_lines(records):
         terminalreporter.write_line(line)
     if session.cfg.json_path is not None:
-        report.write_json(session.cfg.json_path, records, header=session.header())
-        terminalreporter.write_line(f"distperf: JSON report written to {session.cfg.json_path}")
+        try:
+            report.write_json(session.cfg.json_path, records, header=session.header())
+        except OSError as exc:
+            terminalreporter.write_line(
+                f"distperf: cannot write the JSON report to {session.cfg.json_path}: {exc}",
+                red=True)
+        else:
+            terminalreporter.write_line(
+                f"distperf: JSON report written to {session.cfg.json_path}")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

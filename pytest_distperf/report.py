@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_distperf.files import write_atomically
 from pytest_distperf.records import (
     SLOW_PAIR_RATIO,
     CollectiveResult,
@@ -65,24 +64,7 @@ def write_json(path: Path, records: Sequence[TestRecord], *, header: str) -> Non
         "tests": [to_dict(r) for r in records],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress():
-            os.unlink(tmp)
-        raise
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 # -- collective benchmarks: nccl-tests-style tables and the pair matrix ---------------------
