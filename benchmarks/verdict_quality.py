@@ -3,20 +3,24 @@
 Runs pytest-distperf end to end, the way CI does: a throw-away project with one test that
 times a CPU matmul loop on 2 real gloo ranks (``nccl_group.measure``), ``--distperf-save``
 once per block, then many separate ``pytest --distperf`` compare runs, each a fresh process
-with a fresh rank pool, in shuffled order:
+with a fresh rank pool, in shuffled order.  The test measures the loop twice, as two metrics
+judged in the same run: ``matmul`` with the host-speed control (the default) and ``plain``
+without it (``control=False``), so that both rules meet the same host.  The runs:
 
 * clean runs (the same work as the baseline): any "regressed" is a false alarm;
 * runs with 10% and 20% more matmuls (extra *work*, proportional to the base, not a sleep):
   "regressed" is a catch, anything else a miss.
 
-For every run it records the verdict, the change, the confidence, the number of measurements
-(1 + confirmations), the noise probe's figures for the measurement reported (host steal, CPU
-wait of the ranks, sample spread) and the host steal over the whole run from /proc/stat.
+For every run and metric it records the verdict, the change, the confidence, the number of
+measurements (1 + confirmations), the noise probe's figures for the measurement reported
+(host steal, CPU wait of the ranks, sample spread), how much slower the host-speed control
+ran than at the save, and the host steal over the whole run from /proc/stat.
 
     python benchmarks/verdict_quality.py                     # 2 blocks: 30 clean, 10+10 slow
     python benchmarks/verdict_quality.py --blocks 1 --clean 2 --slow 1   # a smoke run
     python benchmarks/verdict_quality.py --json runs.json    # keep every run's figures
     python benchmarks/verdict_quality.py --hog 0.3           # with a noisy neighbour
+    python benchmarks/verdict_quality.py --no-plain          # the controlled metric only
 
 Results and method: benchmarks/verdict_quality.md.
 """
@@ -56,7 +60,10 @@ TEST_FILE = textwrap.dedent('''
     def test_matmul(nccl_group):
         torch.manual_seed(0)
         a, b = torch.randn(N, N), torch.randn(N, N)
-        nccl_group.measure("matmul", matmuls, a, b, round(BASE_REPS * (1 + EXTRA)))
+        reps = round(BASE_REPS * (1 + EXTRA))
+        nccl_group.measure("matmul", matmuls, a, b, reps)
+        if os.environ.get("VQ_PLAIN") == "1":
+            nccl_group.measure("plain", matmuls, a, b, reps, control=False)
 ''')
 
 STEAL_COLUMN = 7
@@ -93,7 +100,13 @@ HOG = textwrap.dedent('''
 ''')
 
 
-def run_pytest(project: Path, extra: float, save: bool, reps: int) -> dict[str, Any]:
+METRICS = ("matmul.time_s", "plain.time_s")
+FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
+          "spread", "host_change", "detail")
+
+
+def run_pytest(project: Path, extra: float, save: bool, reps: int,
+               plain: bool) -> dict[str, Any]:
     report = project / "report.json"
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark",
@@ -101,7 +114,7 @@ def run_pytest(project: Path, extra: float, save: bool, reps: int) -> dict[str, 
            "--gpus", "2", "--distperf-json", str(report), "test_vq.py"]
     if save:
         cmd.append("--distperf-save")
-    env = dict(os.environ, VQ_EXTRA=str(extra), VQ_REPS=str(reps))
+    env = dict(os.environ, VQ_EXTRA=str(extra), VQ_REPS=str(reps), VQ_PLAIN=str(int(plain)))
     before, started = cpu_line(), time.monotonic()
     proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
                           check=False)
@@ -113,53 +126,78 @@ def run_pytest(project: Path, extra: float, save: bool, reps: int) -> dict[str, 
     }
     try:
         data = json.loads(report.read_text())
-        verdict = data["tests"][0]["verdicts"][0]
+        verdicts = {v["metric"]: v for v in data["tests"][0]["verdicts"]}
+        for name in METRICS[: 2 if plain else 1]:
+            out[name] = {k: verdicts[name].get(k) for k in FIELDS}
     except (OSError, ValueError, KeyError, IndexError):
-        out["verdict"] = "error"
-        out["output"] = proc.stdout[-3000:] + proc.stderr[-2000:]
-        return out
-    out.update({k: verdict.get(k) for k in ("verdict", "baseline", "current", "change",
-                                            "confidence", "windows", "steal", "wait",
-                                            "spread", "detail")})
+        out["error"] = proc.stdout[-3000:] + proc.stderr[-2000:]
     return out
 
 
-def describe(run: dict[str, Any]) -> str:
-    def pct(value: Any, digits: int = 1) -> str:
-        return "-" if value is None else f"{value * 100:.{digits}f}%"
+def pct(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{value * 100:.{digits}f}%"
 
-    current = run.get("current")
-    return (f"+{run['extra']:.0%} work  {run.get('verdict', '?'):<13} "
-            f"change {pct(run.get('change')):>7}  conf {pct(run.get('confidence'), 2):>7}  "
-            f"current {'-' if current is None else f'{current * 1e3:.2f} ms':>9}  "
-            f"meas {run.get('windows') or '-'}  steal(run) {pct(run['run_steal'])}  "
-            f"steal(meas) {pct(run.get('steal'))}  CPU wait {pct(run.get('wait'))}  "
-            f"spread {pct(run.get('spread'))}  {run['seconds']:.0f}s")
+
+def describe(run: dict[str, Any]) -> str:
+    parts = [f"+{run['extra']:.0%} work  {run['seconds']:.0f}s  steal(run) "
+             f"{pct(run['run_steal'])}"]
+    for name in METRICS:
+        v = run.get(name)
+        if v is None:
+            continue
+        current = v.get("current")
+        parts.append(
+            f"  {name.split('.')[0]:<6} {v.get('verdict', '?'):<12} "
+            f"change {pct(v.get('change')):>7} conf {pct(v.get('confidence'), 2):>7} "
+            f"current {'-' if current is None else f'{current * 1e3:.2f} ms':>9} "
+            f"meas {v.get('windows') or '-'} host {pct(v.get('host_change')):>6} "
+            f"steal {pct(v.get('steal'))} wait {pct(v.get('wait'))} "
+            f"spread {pct(v.get('spread'))}")
+    return "".join(parts)
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[str]:
     lines = []
     compares = [r for r in runs if not r["save"]]
-    for extra in sorted({r["extra"] for r in compares}):
-        group = [r for r in compares if r["extra"] == extra]
-        counts: dict[str, int] = {}
-        for r in group:
-            counts[r.get("verdict", "error")] = counts.get(r.get("verdict", "error"), 0) + 1
-        steals = [r["run_steal"] for r in group]
-        waits = [r["wait"] for r in group if r.get("wait") is not None]
-        label = "clean" if extra == 0 else f"+{extra:.0%} work"
-        caught = counts.get("regressed", 0)
-        headline = (f"false alarms {caught}/{len(group)}" if extra == 0
-                    else f"caught {caught}/{len(group)}")
-        lines.append(
-            f"{label:>10}: {headline}; verdicts "
-            + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-            + f"; host steal over the runs median {statistics.median(steals):.1%}, "
-              f"max {max(steals):.1%}"
-            + (f"; CPU wait of the ranks median {statistics.median(waits):.1%}, "
-               f"max {max(waits):.1%}" if waits else ""))
-    noisy = [r for r in compares if r.get("verdict") == "inconclusive"]
-    lines.append(f"inconclusive: {len(noisy)}/{len(compares)} compare runs")
+    for name in METRICS:
+        judged = [r for r in compares if name in r]
+        if not judged:
+            continue
+        rule = "with the host-speed control" if name == METRICS[0] else "plain rule (no control)"
+        lines.append(f"{name} ({rule}):")
+        for extra in sorted({r["extra"] for r in judged}):
+            group = [r[name] for r in judged if r["extra"] == extra]
+            counts: dict[str, int] = {}
+            for v in group:
+                counts[v.get("verdict", "error")] = counts.get(v.get("verdict", "error"), 0) + 1
+            label = "clean" if extra == 0 else f"+{extra:.0%} work"
+            caught = counts.get("regressed", 0)
+            headline = (f"false alarms {caught}/{len(group)}" if extra == 0
+                        else f"caught {caught}/{len(group)}")
+            changes = [v["change"] for v in group if v.get("change") is not None]
+            lines.append(f"  {label:>10}: {headline}; verdicts "
+                         + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+                         + (f"; change median {statistics.median(changes):+.1%}, range "
+                            f"{min(changes):+.1%} to {max(changes):+.1%}" if changes else ""))
+        noisy = [r for r in judged if r[name].get("verdict") == "inconclusive"]
+        lines.append(f"  inconclusive: {len(noisy)}/{len(judged)} compare runs")
+    errors = [r for r in compares if "error" in r]
+    steals = [r["run_steal"] for r in compares]
+    waits = [r[METRICS[0]]["wait"] for r in compares
+             if r.get(METRICS[0], {}).get("wait") is not None]
+    hosts = [r[METRICS[0]]["host_change"] for r in compares
+             if r.get(METRICS[0], {}).get("host_change") is not None]
+    if steals:
+        lines.append(f"host steal over the runs: median {statistics.median(steals):.1%}, max "
+                     f"{max(steals):.1%}" + (f"; CPU wait of the ranks: median "
+                                             f"{statistics.median(waits):.1%}, max "
+                                             f"{max(waits):.1%}" if waits else ""))
+    if hosts:
+        lines.append(f"host-speed control vs the baseline's: median "
+                     f"{statistics.median(hosts):+.1%}, range {min(hosts):+.1%} to "
+                     f"{max(hosts):+.1%}")
+    if errors:
+        lines.append(f"errors: {len(errors)} runs (see --json)")
     return lines
 
 
@@ -180,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hog", type=float, default=0.0, metavar="DUTY",
                         help="also run a noisy neighbour: one process that keeps a CPU busy "
                              "this share of the time, in random bursts (default 0: none)")
+    parser.add_argument("--no-plain", action="store_true",
+                        help="measure only the metric with the host-speed control")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     args = parser.parse_args(argv)
 
@@ -218,26 +258,29 @@ def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, A
             # As the plugin advises: a baseline saved from a noisy measurement is re-saved
             # (after a pause) on a quieter machine, at most --save-attempts times.
             for attempt in range(1, args.save_attempts + 1):
-                saved = run_pytest(project, 0.0, True, args.reps)
+                saved = run_pytest(project, 0.0, True, args.reps, not args.no_plain)
                 saved["block"], saved["attempt"] = block + 1, attempt
                 runs.append(saved)
+                if "error" in saved:
+                    print(saved["error"], flush=True)
+                    raise SystemExit(f"block {block + 1}: the save failed")
+                metrics = [saved[n] for n in METRICS if n in saved]
                 print(f"block {block + 1}: saved baseline (attempt {attempt}) "
-                      f"{(saved.get('current') or 0) * 1e3:.2f} ms ({saved.get('detail')}, "
-                      f"steal(run) {saved['run_steal']:.1%}, CPU wait "
-                      f"{'-' if saved.get('wait') is None else format(saved['wait'], '.1%')})",
-                      flush=True)
-                if "noisy" not in str(saved.get("detail")):
+                      + "; ".join(f"{(m.get('current') or 0) * 1e3:.2f} ms ({m.get('detail')}, "
+                                  f"CPU wait {pct(m.get('wait'))})" for m in metrics)
+                      + f"; steal(run) {saved['run_steal']:.1%}", flush=True)
+                if not any("noisy" in str(m.get("detail")) for m in metrics):
                     break
                 time.sleep(args.save_pause)
             order = [0.0] * args.clean + [0.1] * args.slow + [0.2] * args.slow
             rng.shuffle(order)
             for extra in order:
-                run = run_pytest(project, extra, False, args.reps)
+                run = run_pytest(project, extra, False, args.reps, not args.no_plain)
                 run["block"] = block + 1
                 runs.append(run)
                 print(describe(run), flush=True)
-                if run.get("verdict") == "error":
-                    print(run["output"], flush=True)
+                if "error" in run:
+                    print(run["error"], flush=True)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,23 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
    (:mod:`pytest_distperf.noise`: host steal, CPU wait of the ranks) under its limits and
    the sample spread under ``SPREAD_LIMIT``.  Past the line but never quiet or never
    significant: *inconclusive*, with the figures.
+
+Times with a host-speed control (``measure()`` on CPU ranks: every sample has the time of a
+fixed piece of work run right after it on all ranks, :mod:`pytest_distperf.timing`) are
+judged after taking out the part of their variation that follows the control (an analysis
+of covariance, as CUPED does for A/B tests):
+
+* both sides pool ``CONTROL_WINDOWS`` measurements (the baseline keeps all of its
+  measurements' samples, and their sizes);
+* the slope: how strongly the time follows the control, fitted on the measurements' medians
+  in log space, each side centred on its own median (so that a regression between the sides
+  does not enter it), clipped to [0, 1].  About 0.7-0.9 for CPU-bound work, 0 for a sleep;
+* each sample becomes ``log(time) - slope * log(control)``; the change is the difference of
+  the two sides' medians, back in relative terms;
+* a first measurement worse by a quarter of the tolerance is measured again until there are
+  ``CONTROL_WINDOWS``; then it is a regression when the pooled change is past the line and a
+  one-sided Mann-Whitney test of the adjusted samples agrees at ``ALPHA``.  The noise probe
+  and the spread limit still set noisy measurements aside.
 """
 
 from __future__ import annotations
@@ -106,6 +123,18 @@ SAVE_PAUSE_S = 0.5
 #: ... or longer after a window that was too noisy (by round): another job's burst of work
 #: often ends within seconds.
 NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
+#: Times with a host-speed control: measurements pooled on each side (baseline and current)
+#: before a regression is called.  On this machine (benchmarks/verdict_quality.md), with 4 a
+#: side 2% of clean comparisons false-alarmed and 86% of 10% slowdowns were caught; with 6,
+#: none and 93%.
+CONTROL_WINDOWS = 6
+#: ... re-measured only when the first measurement is worse by this fraction of the tolerance
+CONTROL_SCREEN_FRACTION = 0.25
+#: ... this many seconds apart: the host's speed changes from one second to the next, and
+#: measurements spread over a few seconds average over it.
+CONTROL_PAUSE_S = 1.0
+#: Re-measurement rounds of one test at most (confirmations, or a save's measurements).
+MAX_ROUNDS = max(CONFIRM_ROUNDS, SAVE_MAX_WINDOWS, CONTROL_WINDOWS) + 1
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance")
 
@@ -181,10 +210,16 @@ class StoredMetric:
     samples: tuple[float, ...] = ()
     steal: float | None = None
     wait: float | None = None
+    control: tuple[float, ...] = ()  # the host-speed control, one per sample, or ()
+    measurements: tuple[int, ...] = ()  # sizes of the pooled measurements (sum: len(samples))
 
     @property
     def is_fraction(self) -> bool:
         return self.unit == "fraction"
+
+    def parts(self) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+        """(samples, control) of each pooled measurement (all of them as one without sizes)."""
+        return _split(self.samples, self.control, self.measurements)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -194,10 +229,19 @@ class Window:
     value: float
     samples: tuple[float, ...] = ()
     noise: NoiseFigures | None = None
+    control: tuple[float, ...] = ()  # one per sample, or ()
+    sizes: tuple[int, ...] = ()  # the measurements a pooled window is made of, or ()
 
     @classmethod
     def of(cls, metric: Metric, noise: NoiseFigures | None) -> Window:
-        """The metric's figures (samples that are not finite numbers are left out)."""
+        """The metric's figures (samples that are not finite numbers are left out, with
+        their controls; a control that is not a positive number drops the control)."""
+        if metric.control and len(metric.control) == len(metric.samples):
+            pairs = [(v, c) for v, c in zip(metric.samples, metric.control, strict=True)
+                     if math.isfinite(v) and math.isfinite(c)]
+            if all(c > 0 for _, c in pairs):
+                return cls(metric.value, tuple(v for v, _ in pairs), noise,
+                           tuple(c for _, c in pairs))
         return cls(metric.value, tuple(v for v in metric.samples if math.isfinite(v)), noise)
 
 
@@ -226,6 +270,10 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
     if metric.wait is not None:
         table["cpu_wait"] = round(metric.wait, 4)
     table["samples"] = [_round(v) for v in metric.samples]
+    if metric.control:
+        table["control"] = [_round(v) for v in metric.control]
+    if len(metric.measurements) > 1:
+        table["measurements"] = list(metric.measurements)
     return table
 
 
@@ -258,7 +306,9 @@ class BaselineFile:
                 unit=table["unit"], higher_is_better=table["higher_is_better"],
                 value=float(table["value"]),
                 samples=tuple(float(v) for v in table.get("samples", ())),
-                steal=_opt_float(table.get("steal")), wait=_opt_float(table.get("cpu_wait")))
+                steal=_opt_float(table.get("steal")), wait=_opt_float(table.get("cpu_wait")),
+                control=tuple(float(v) for v in table.get("control", ())),
+                measurements=tuple(int(v) for v in table.get("measurements", ())))
         return out
 
 
@@ -396,6 +446,17 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
     for key in ("steal", "cpu_wait"):
         if key in table and not _is_number(table[key]):
             raise fail([*keys, key], f"metric {label}: {key} must be a number")
+    control = table.get("control")
+    if control is not None and (not isinstance(control, list) or len(control) != len(samples)
+                                or not all(_is_number(v) and v > 0 for v in control)):
+        raise fail([*keys, "control"], f"metric {label}: control must be a list of positive "
+                                       "numbers, one per sample")
+    sizes = table.get("measurements")
+    if sizes is not None and (not isinstance(sizes, list) or sum(sizes) != len(samples)
+                              or not all(isinstance(v, int) and v > 0 for v in sizes)):
+        raise fail([*keys, "measurements"], f"metric {label}: measurements must list the "
+                                            "sizes of the pooled measurements, adding up to "
+                                            "the number of samples")
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -581,10 +642,22 @@ class Assessment:
     spread: float | None
     noise: NoiseFigures | None
     noisy: tuple[str, ...]  # why this window cannot be trusted
+    host_change: float | None = None  # how much slower the host-speed control ran
+    control_slope: float | None = None  # how strongly the time follows the control
 
     @property
     def trusted(self) -> bool:
         return not self.noisy
+
+
+def noise_reasons(window: Window, higher_is_better: bool) -> list[str]:
+    """Why a measurement is too noisy to judge (empty when it can be): the noise probe's
+    figures past their limits, or samples spread past ``SPREAD_LIMIT``."""
+    noisy = list(window.noise.too_noisy()) if window.noise is not None else []
+    spr = spread(window.samples, higher_is_better)
+    if spr is not None and spr > SPREAD_LIMIT:
+        noisy.append(f"sample spread {spr:.0%} > {SPREAD_LIMIT:.0%}")
+    return noisy
 
 
 def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
@@ -607,12 +680,132 @@ def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
     if len(cur) >= MIN_SAMPLES and len(old) >= MIN_SAMPLES:
         up, down = mann_whitney_greater(cur, old), mann_whitney_greater(old, cur)
         p_worse, p_better = (down, up) if hib else (up, down)
-    spr = spread(window.samples, hib)
-    noisy = list(window.noise.too_noisy()) if window.noise is not None else []
-    if spr is not None and spr > SPREAD_LIMIT:
-        noisy.append(f"sample spread {spr:.0%} > {SPREAD_LIMIT:.0%}")
-    return Assessment(b, c, change, worse, worse_like, better_like, p_worse, p_better, spr,
-                      window.noise, tuple(noisy))
+    return Assessment(b, c, change, worse, worse_like, better_like, p_worse, p_better,
+                      spread(window.samples, hib), window.noise,
+                      tuple(noise_reasons(window, hib)))
+
+
+# -- times with a host-speed control ---------------------------------------------------------
+def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
+    """Whether a metric is judged per unit of its host-speed control: a time (lower is
+    better, not a fraction) with a control for every sample, in the baseline and in every
+    measurement.  A baseline saved without one (or a run with ``control=False``) is judged
+    by the plain rule."""
+    return (not base.higher_is_better and not base.is_fraction
+            and len(base.control) == len(base.samples) >= MIN_SAMPLES
+            and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows))
+
+
+def pooled(windows: Sequence[Window]) -> Window:
+    """Several measurements as one: samples and controls end to end, the worst noise figures
+    (the value is the median of the samples)."""
+    samples = tuple(v for w in windows for v in w.samples)
+    control = tuple(c for w in windows for c in w.control)
+    figures = [w.noise for w in windows if w.noise is not None]
+    noise = None
+    if figures:
+        steals = [f.steal for f in figures if f.steal is not None]
+        waits = [f.wait for f in figures if f.wait is not None]
+        noise = NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
+                             max(waits, default=None))
+    value = float(np.median(samples)) if samples else windows[0].value
+    sizes = tuple(n for w in windows for n in (w.sizes or (len(w.samples),)))
+    return Window(value, samples, noise, control, sizes)
+
+
+def _split(samples: Sequence[float], control: Sequence[float],
+           sizes: Sequence[int]) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    if not sizes or sum(sizes) != len(samples):
+        return [(tuple(samples), tuple(control))]
+    out, start = [], 0
+    for n in sizes:
+        out.append((tuple(samples[start:start + n]), tuple(control[start:start + n])))
+        start += n
+    return out
+
+
+def _medians(parts: Sequence[tuple[Sequence[float], Sequence[float]]]) -> list[tuple[float, float]]:
+    """(log median control, log median time) of each measurement."""
+    return [(math.log(float(np.median(c))), math.log(float(np.median(v))))
+            for v, c in parts if len(v) and len(c)]
+
+
+def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
+    """How strongly the time follows the control: the least-squares slope of log(time) on
+    log(control) over the measurements' medians, each side (baseline, current) centred on its
+    own median, clipped to [0, 1].  0 (the plain comparison) when there is nothing to fit.
+
+    Medians of whole measurements, not single samples: a sample's control carries its own
+    jitter, which would flatten the slope (0.3 instead of 0.7 for a matmul loop here)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for parts in (base.parts(), [p for w in windows for p in _split(w.samples, w.control,
+                                                                       w.sizes)]):
+        points = _medians(parts)
+        if not points:
+            continue
+        cx = float(np.median([x for x, _ in points]))
+        cy = float(np.median([y for _, y in points]))
+        xs += [x - cx for x, _ in points]
+        ys += [y - cy for _, y in points]
+    x, y = np.asarray(xs), np.asarray(ys)
+    if len(x) < 3 or float(np.dot(x, x)) <= 0:
+        return 0.0
+    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
+
+
+def _adjusted(samples: Sequence[float], control: Sequence[float], slope: float) -> list[float]:
+    """log(time) - slope * log(control) per sample."""
+    return [math.log(v) - slope * math.log(c) for v, c in zip(samples, control, strict=True)]
+
+
+def assess_controlled(base: StoredMetric, windows: Sequence[Window],
+                      tolerance: float) -> Assessment:
+    """The quiet measurements (all of them when none is quiet), pooled, against the baseline,
+    with the part of the variation that follows the host-speed control taken out (see the
+    module's docstring).  ``baseline`` is the baseline's estimate; ``current`` is that times
+    (1 + change): the time the current code would take at the baseline's host speed."""
+    reasons = [noise_reasons(w, False) for w in windows]
+    quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
+    use = quiet or list(windows)
+    cur = pooled(use)
+    slope = control_slope(base, use)
+    rb = _adjusted(base.samples, base.control, slope)
+    rc = _adjusted(cur.samples, cur.control, slope)
+    change = math.exp(float(np.median(rc)) - float(np.median(rb))) - 1.0
+    b = estimate(base.samples, base.value, False, False)
+    c = b * (1.0 + change)
+    line = tolerance * DECISION_FRACTION
+    big_enough = abs(c - b) >= min_abs_delta(base.unit) and c != b
+    host = float(np.median(cur.control)) / float(np.median(base.control)) - 1.0
+    noisy = () if quiet else tuple("; ".join(why) for why in reasons)
+    return Assessment(b, c, change, change, big_enough and change >= line,
+                      big_enough and -change >= line, mann_whitney_greater(rc, rb),
+                      mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
+                      noisy, host, slope)
+
+
+def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
+                      can_confirm: bool) -> tuple[str, Assessment, str, bool]:
+    """:func:`decide` for a time with a host-speed control (see the module's docstring)."""
+    a = assess_controlled(base, windows, tolerance)
+    n = len(windows)
+    if a.better_like and _significant(a.p_better):
+        return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
+    screened_out = n == 1 and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+    if can_confirm and n < CONTROL_WINDOWS and not screened_out:
+        return INCONCLUSIVE, a, "awaiting confirmation", True
+    if not a.worse_like:
+        return UNCHANGED, a, "", False
+    if a.trusted and _significant(a.p_worse):
+        how = (f"confirmed by {n} measurements" if n > 1
+               else "not confirmed: no re-measurement is available for this metric")
+        return REGRESSED, a, how, False
+    if not a.trusted:
+        return INCONCLUSIVE, a, (f"too noisy to tell in all {n} measurements "
+                                 f"({'; '.join(a.noisy)})"), False
+    return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
+                             f"{a.p_worse:.3g} >= {ALPHA})"), False
 
 
 def _significant(p: float | None) -> bool:
@@ -622,6 +815,8 @@ def _significant(p: float | None) -> bool:
 def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
            can_confirm: bool) -> tuple[str, Assessment, str, bool]:
     """(verdict, the assessment it reports, detail, whether to measure again)."""
+    if controlled(base, windows):
+        return decide_controlled(base, windows, tolerance, can_confirm=can_confirm)
     assessments = [assess(base, w, tolerance) for w in windows]
     best = min(assessments, key=lambda a: a.worse)
     confirmed = len(windows) > CONFIRMATIONS or not can_confirm
@@ -674,6 +869,8 @@ def make_verdict(metric: Metric, verdict: str, env_id: str, assessment: Assessme
         wait=noise.wait if noise is not None else None,
         spread=a.spread if a is not None else None,
         detail=detail,
+        host_change=a.host_change if a is not None else None,
+        control_slope=a.control_slope if a is not None else None,
     )
 
 
@@ -755,17 +952,29 @@ class Judgement:
         return wins[pick]
 
     def _window_trusted(self, name: str, window: Window) -> bool:
-        if window.noise is not None and window.noise.too_noisy():
-            return False
-        spr = spread(window.samples, self.metrics[name].higher_is_better)
-        return spr is None or spr <= SPREAD_LIMIT
+        return not noise_reasons(window, self.metrics[name].higher_is_better)
+
+    def _has_control(self, name: str) -> bool:
+        metric = self.metrics[name]
+        return (not metric.higher_is_better and not metric.is_fraction
+                and all(len(w.control) == len(w.samples) >= MIN_SAMPLES
+                        for w in self.windows[name]))
+
+    def _save_window(self, name: str) -> Window:
+        """What a save stores: with a host-speed control, the quiet measurements pooled (all
+        of them when none is quiet: the comparison pools too); otherwise the best one."""
+        if not self._has_control(name):
+            return self._best_window(name)
+        wins = self.windows[name]
+        quiet = [w for w in wins if self._window_trusted(name, w)]
+        return pooled(quiet or wins)
 
     def _wants_more(self, name: str) -> bool:
         if not self._can_confirm(name):
             return False
         count = len(self.windows[name])
         if self.save:
-            if count < SAVE_WINDOWS:
+            if count < (CONTROL_WINDOWS if self._has_control(name) else SAVE_WINDOWS):
                 return True
             return (count < SAVE_MAX_WINDOWS
                     and not self._window_trusted(name, self._best_window(name)))
@@ -786,9 +995,11 @@ class Judgement:
                 continue
             done = len(self.windows[name]) - 1  # re-measurements so far
             if self.save:
-                delay = SAVE_PAUSE_S
+                delay = CONTROL_PAUSE_S if self._has_control(name) else SAVE_PAUSE_S
                 if not self._window_trusted(name, self.windows[name][-1]):
                     delay = max(delay, NOISY_BACKOFF_S[min(done, len(NOISY_BACKOFF_S) - 1)])
+            elif self._has_control(name):
+                delay = CONTROL_PAUSE_S
             else:
                 delay = CONFIRM_PAUSES_S[min(done, len(CONFIRM_PAUSES_S) - 1)]
             delays.append(delay)
@@ -827,13 +1038,13 @@ class Judgement:
 
     def _saved_verdict(self, metric: Metric, env_id: str, base: StoredMetric | None) -> Verdict:
         name = metric.name
-        window = self._best_window(name)
+        window = self._save_window(name)
         stored = self._stored(name, window)
-        noisy = list(window.noise.too_noisy()) if window.noise is not None else []
+        noisy = noise_reasons(window, stored.higher_is_better)
         spr = spread(window.samples, stored.higher_is_better)
-        if spr is not None and spr > SPREAD_LIMIT:
-            noisy.append(f"sample spread {spr:.0%} > {SPREAD_LIMIT:.0%}")
-        detail = f"best of {len(self.windows[name])} measurement(s)"
+        count = len(self.windows[name])
+        detail = (f"{count} measurement(s) pooled, with the host-speed control"
+                  if stored.control else f"best of {count} measurement(s)")
         if noisy:
             detail += (f"; saved from a noisy measurement ({', '.join(noisy)}): re-save on a "
                        "quieter machine")
@@ -857,7 +1068,9 @@ class Judgement:
         return StoredMetric(unit=metric.unit, higher_is_better=metric.higher_is_better,
                             value=window.value, samples=window.samples,
                             steal=window.noise.steal if window.noise else None,
-                            wait=window.noise.wait if window.noise else None)
+                            wait=window.noise.wait if window.noise else None,
+                            control=window.control,
+                            measurements=window.sizes if window.control else ())
 
     def save_entries(self) -> list[SaveEntry]:
         """The best window of every metric, grouped by environment."""
@@ -865,5 +1078,5 @@ class Judgement:
         for name in self.metrics:
             env = self.envs[name]
             _, table = grouped.setdefault(environment_id(env), (env, {}))
-            table[name] = self._stored(name, self._best_window(name))
+            table[name] = self._stored(name, self._save_window(name))
         return [SaveEntry(env, table) for env, table in grouped.values()]

@@ -103,11 +103,14 @@ class DistGroup:
             self._recorder(label, metrics, result, remeasure)
 
     def measure(self, name: str, fn: Callable[..., Any], *args: Any, warmup: int = 3,
-                iters: int = 20, **kwargs: Any) -> MeasureResult:
+                iters: int = 20, control: bool = True, **kwargs: Any) -> MeasureResult:
         """Time ``fn(*args, **kwargs)`` on every rank, ``iters`` times after ``warmup``.
 
         Each iteration starts at a barrier; its time is the slowest rank's.  Records the
-        metric ``<name>.time_s`` (lower is better) with the per-iteration samples.
+        metric ``<name>.time_s`` (lower is better) with the per-iteration samples.  On CPU
+        ranks each iteration is followed by the host-speed control (about 2-3 ms, the same
+        on all ranks; ``control=False`` leaves it out), which the baseline verdict divides
+        by (docs/baselines.md).
         """
         __tracebackhide__ = True
         if not name or any(c.isspace() for c in name):
@@ -119,8 +122,10 @@ class DistGroup:
         label = f"measure({name})"
 
         def once() -> MeasureResult:
-            per_rank = self.call(measure_on_rank, (fn, args, kwargs, warmup, iters), {}, label)
-            return MeasureResult.from_per_rank(name, per_rank)
+            per_rank = self.call(measure_on_rank, (fn, args, kwargs, warmup, iters, control),
+                                 {}, label)
+            return MeasureResult.from_per_rank(name, [r[0] for r in per_rank],
+                                               [r[1] for r in per_rank])
 
         result = once()
         self.record(label, result.metrics(), result, lambda: once().metrics())

@@ -365,7 +365,7 @@ class DistperfSession:
                 environments={m.name: env for m in record.metrics},
                 first_noise=noise_window, tolerance=tolerance, save=self.cfg.save,
                 baseline=file, test=test, remeasurable=list(record.remeasure))
-        for _ in range(baseline.CONFIRM_ROUNDS + baseline.SAVE_WINDOWS):
+        for _ in range(baseline.MAX_ROUNDS):
             labels = self._agree(judgement.wanted() if judgement is not None else [])
             if not labels:
                 break

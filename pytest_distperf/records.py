@@ -92,7 +92,9 @@ class Metric:
     ``samples`` are the per-iteration values behind ``value`` (the estimator's input);
     ``threshold`` names the CONTRACT.md threshold that applies (``max_comm_overhead``,
     ``max_imbalance``, ``min_scaling_efficiency``) or is empty; ``ranks`` are the ranks a
-    breach concerns (stragglers); ``hint`` is what to do about a breach.
+    breach concerns (stragglers); ``hint`` is what to do about a breach; ``control``, for a
+    time measured on CPU ranks, holds per sample the time of the host-speed control run right
+    after it (:mod:`pytest_distperf.timing`), which the verdict divides by.
     """
 
     name: str
@@ -104,6 +106,7 @@ class Metric:
     ranks: tuple[int, ...] = ()
     hint: str = ""
     world_size: int = 0  # the group the metric was measured on (0: the test's group)
+    control: tuple[float, ...] = ()  # seconds, one per sample; () when there is no control
 
     @property
     def is_fraction(self) -> bool:
@@ -120,7 +123,10 @@ class Verdict:
     baseline, in the metric's own direction of numbers; ``confidence`` is 1 - p of the
     one-sided test in the verdict's direction; ``windows`` counts the measurements behind
     ``current`` (1 + re-measurements); ``steal``, ``wait`` and ``spread`` are the noise
-    figures of the measurement reported.
+    figures of the measurement reported; ``host_change`` is how much slower (positive) the
+    host-speed control ran than when the baseline was saved, where the metric has one, and
+    ``control_slope`` how strongly the metric follows it (0: not at all, 1: in proportion):
+    the change is then judged with that part taken out.
     """
 
     metric: str
@@ -138,6 +144,8 @@ class Verdict:
     wait: float | None = None
     spread: float | None = None
     detail: str = ""
+    host_change: float | None = None
+    control_slope: float | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -176,12 +184,19 @@ class MeasureResult:
     name: str
     per_rank: tuple[tuple[float, ...], ...]  # seconds, [rank][iteration]
     samples: tuple[float, ...]  # seconds per iteration, slowest rank
+    #: seconds of the host-speed control after each iteration, slowest rank; () without one
+    control: tuple[float, ...] = ()
 
     @classmethod
-    def from_per_rank(cls, name: str, per_rank: Sequence[Sequence[float]]) -> MeasureResult:
+    def from_per_rank(cls, name: str, per_rank: Sequence[Sequence[float]],
+                      control_per_rank: Sequence[Sequence[float]] = ()) -> MeasureResult:
         rows = tuple(tuple(float(v) for v in r) for r in per_rank)
         samples = tuple(max(col) for col in zip(*rows, strict=True)) if rows else ()
-        return cls(name, rows, samples)
+        control: tuple[float, ...] = ()
+        if control_per_rank and all(len(r) == len(samples) for r in control_per_rank):
+            columns = zip(*control_per_rank, strict=True)
+            control = tuple(max(float(v) for v in col) for col in columns)
+        return cls(name, rows, samples, control)
 
     @property
     def time_s(self) -> float:
@@ -189,7 +204,8 @@ class MeasureResult:
         return _median(self.samples)
 
     def metrics(self) -> list[Metric]:
-        return [Metric(f"{self.name}.time_s", self.time_s, "s", False, self.samples)]
+        return [Metric(f"{self.name}.time_s", self.time_s, "s", False, self.samples,
+                       control=self.control)]
 
 
 def _quantile(values: Sequence[float], q: float) -> float:

@@ -220,6 +220,9 @@ def _noise(v: Verdict) -> str:
         parts.append(f"CPU wait {v.wait:.1%}")
     if v.spread is not None:
         parts.append(f"spread {v.spread:.1%}")
+    if v.host_change is not None:
+        follows = "" if v.control_slope is None else f", followed with slope {v.control_slope:.2f}"
+        parts.append(f"host-speed control {v.host_change:+.1%} vs the baseline's{follows}")
     return ", ".join(parts)
 
 

@@ -3,6 +3,13 @@
 On CUDA, CUDA events bracket the work (no host clock around asynchronous kernels); on CPU,
 ``time.perf_counter``.  Every iteration starts from a barrier so that the samples of all
 ranks belong to the same iteration; the controller takes the slowest rank per iteration.
+
+The host-speed control (CPU only): after each timed iteration every rank runs the same fixed
+piece of work (:func:`control_kernel`, about 2-3 ms of float32 matmuls) at once, timed the
+same way.  Shared hosts change speed by 20-25% from one second to the next, with no steal
+to show for it (the ranks' vCPUs land on SMT siblings of one core, or not); the control
+slows down with them, and the verdict judges time *per unit of control*
+(docs/baselines.md, benchmarks/verdict_quality.md).
 """
 
 from __future__ import annotations
@@ -11,12 +18,43 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+#: The control's work: CONTROL_REPS products of two CONTROL_N x CONTROL_N float32 matrices.
+#: Never change these without a new baseline: the control is compared with the stored one.
+CONTROL_N = 128
+CONTROL_REPS = 40
+
+
+def control_kernel() -> Callable[[], Any]:
+    """The host-speed control: a fixed CPU workload, the same on every rank and every run."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(CONTROL_N, CONTROL_N, generator=generator)
+    b = torch.randn(CONTROL_N, CONTROL_N, generator=generator)
+    out = torch.empty(CONTROL_N, CONTROL_N)
+
+    def run() -> None:
+        for _ in range(CONTROL_REPS):
+            torch.mm(a, b, out=out)
+
+    return run
+
 
 def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
                     phase: str = "") -> list[float]:
     """Seconds per iteration of ``fn`` on this rank, after ``warmup`` untimed calls.
 
     ``phase`` prefixes what the hang reporter shows (e.g. ``"all_reduce 16MiB"``).
+    """
+    return time_with_control(fn, warmup=warmup, iters=iters, phase=phase, control=False)[0]
+
+
+def time_with_control(fn: Callable[[], Any], *, warmup: int, iters: int, phase: str = "",
+                      control: bool = True) -> tuple[list[float], list[float]]:
+    """(seconds per iteration of ``fn``, seconds of the control after each iteration).
+
+    The control list is empty when ``control`` is false or the work runs on CUDA (where the
+    host's speed is not what the timed kernels depend on; see :func:`control_kernel`).
     """
     import torch
     import torch.distributed as dist
@@ -25,12 +63,16 @@ def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
 
     on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
     prefix = f"{phase}: " if phase else ""
+    check = control_kernel() if control and not on_cuda else None
     for i in range(warmup):
         set_phase(f"{prefix}warm-up {i + 1}/{warmup}")
         fn()
+    if check is not None:
+        check()
     if on_cuda:
         torch.cuda.synchronize()
     samples: list[float] = []
+    controls: list[float] = []
     for i in range(iters):
         set_phase(f"{prefix}timed iteration {i + 1}/{iters}")
         dist.barrier()
@@ -45,14 +87,22 @@ def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
             t0 = time.perf_counter()
             fn()
             samples.append(time.perf_counter() - t0)
+        if check is not None:
+            set_phase(f"{prefix}host-speed control {i + 1}/{iters}")
+            dist.barrier()
+            t0 = time.perf_counter()
+            check()
+            controls.append(time.perf_counter() - t0)
     # No rank may start other work (a correctness check that fills large buffers, say) while
     # another is still in its last timed call: on shared cores that work would slow the last
     # iteration of the slower rank, and the slowest rank's time is the sample.
     dist.barrier()
-    return samples
+    return samples, controls
 
 
 def measure_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                    warmup: int, iters: int) -> list[float]:
-    """What :meth:`DistGroup.measure` runs on every rank."""
-    return time_iterations(lambda: fn(*args, **kwargs), warmup=warmup, iters=iters)
+                    warmup: int, iters: int,
+                    control: bool = True) -> tuple[list[float], list[float]]:
+    """What :meth:`DistGroup.measure` runs on every rank: (samples, control samples)."""
+    return time_with_control(lambda: fn(*args, **kwargs), warmup=warmup, iters=iters,
+                             control=control)

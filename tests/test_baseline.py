@@ -149,6 +149,19 @@ BAD_FILES = {
                       'torch_version = "2"\nnccl_version = ""\n'
                       '[environments.e.thresholds]\nmax_imbalanse = 0.2\n', 12,
                       "unknown threshold 'max_imbalanse'"),
+    "bad_control": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\ndevice_type = "cpu"\n'
+                    'device_model = "m"\ndevice_count = 0\nworld_size = 2\n'
+                    'torch_version = "2"\nnccl_version = ""\n'
+                    '[tests.t.e.metrics."w.time_s"]\nunit = "s"\nhigher_is_better = false\n'
+                    'value = 1.0\nsamples = [1.0, 2.0]\ncontrol = [0.5]\n', 16,
+                    "control must be a list of positive numbers, one per sample"),
+    "bad_measurements": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                         'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                         'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                         '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n'
+                         'higher_is_better = false\nvalue = 1.0\nsamples = [1.0, 2.0]\n'
+                         'measurements = [1, 2]\n', 16,
+                         "measurements must list the sizes of the pooled measurements"),
 }
 
 
@@ -363,6 +376,143 @@ def test_saving_keeps_the_best_window(tmp_path: Path) -> None:
     assert noisy.wanted() == []
     (v,) = noisy.verdicts()
     assert "saved from a noisy measurement (CPU wait 60% > 25%)" in v.detail
+
+
+# -- the host-speed control -----------------------------------------------------------------
+CONTROL = tuple(0.0025 + 0.00001 * (i % 7) for i in range(20))  # 2.50 .. 2.56 ms, jittered
+#: Measurements a controlled regression needs: the test's own and the re-measurements.
+CREG = bl.CONTROL_WINDOWS
+#: The host's speed during each of a baseline's measurements (1.1: everything 10% slower).
+HOST = (0.9, 1.0, 1.1, 0.95, 1.05, 1.15)
+
+
+def controlled(samples: tuple[float, ...] = TIMES, control: tuple[float, ...] = CONTROL,
+               noise: NoiseFigures | None = QUIET) -> bl.Window:
+    return bl.Window(samples[len(samples) // 2], samples, noise, control)
+
+
+def stored_controlled(follows: float = 1.0) -> bl.StoredMetric:
+    """A baseline of six measurements at the speeds of HOST, the time following the control
+    with slope ``follows`` (1: CPU-bound work; 0: a sleep)."""
+    samples: list[float] = []
+    control: list[float] = []
+    for h in HOST:
+        samples += scaled(h ** follows)
+        control += scaled(h, CONTROL)
+    return bl.StoredMetric("s", False, TIMES[10], tuple(samples), control=tuple(control),
+                           measurements=(len(TIMES),) * len(HOST))
+
+
+@pytest.mark.parametrize("follows", [0.0, 0.5, 1.0, 2.0])
+def test_the_slope_says_how_strongly_the_time_follows_the_control(follows: float) -> None:
+    slope = bl.control_slope(stored_controlled(follows), [controlled()])
+    assert slope == pytest.approx(min(follows, 1.0), abs=1e-6)  # clipped to [0, 1]
+    flat = bl.StoredMetric("s", False, TIMES[10], TIMES, control=CONTROL)  # one measurement
+    assert bl.control_slope(flat, [controlled()]) == 0.0  # nothing to fit: the plain rule
+
+
+def test_a_slower_host_is_not_a_regression_with_the_control() -> None:
+    host_slow = controlled(scaled(1.25), scaled(1.25, CONTROL))  # everything 25% slower
+    verdict, a, _, more = decide(stored_controlled(), host_slow)
+    assert (verdict, more) == (bl.UNCHANGED, False)  # cleared by the first measurement
+    assert a.change == pytest.approx(0.0, abs=1e-9) and a.control_slope == pytest.approx(1.0)
+    assert a.host_change is not None and a.host_change > 0.15
+    # the plain rule cannot tell: without a control the same figures are a suspect
+    assert decide(stored(), window(scaled(1.25)))[3] is True
+
+
+@pytest.mark.parametrize("host", [0.8, 1.25])
+def test_work_that_does_not_follow_the_control_is_not_judged_by_it(host: float) -> None:
+    """A sleep takes as long on a slow host: dividing by the control would turn the host's
+    speed into false regressions and improvements."""
+    verdict, a, _, _ = decide(stored_controlled(follows=0.0), controlled(TIMES,
+                                                                         scaled(host, CONTROL)))
+    assert verdict == bl.UNCHANGED
+    assert a.control_slope == 0.0 and a.change == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_slowdown_is_caught_with_the_control_after_pooling() -> None:
+    base = stored_controlled()
+    slow = controlled(scaled(1.2))
+    for n in range(1, CREG):
+        verdict, _, detail, more = decide(base, *[slow] * n)
+        assert (verdict, more) == (bl.INCONCLUSIVE, True) and "confirmation" in detail
+    verdict, a, detail, more = decide(base, *[slow] * CREG)
+    assert (verdict, more) == (bl.REGRESSED, False)
+    assert f"confirmed by {CREG} measurements" in detail
+    assert a.change == pytest.approx(0.2, rel=1e-6)
+    assert a.current == pytest.approx(a.baseline * 1.2)  # at the baseline's host speed
+    assert a.p_worse is not None and a.p_worse < 1e-6
+    # hidden by a faster host: the same time, but the control ran 20% faster
+    hidden = controlled(TIMES, scaled(0.8, CONTROL))
+    verdict, a, _, _ = decide(base, *[hidden] * CREG)
+    assert verdict == bl.REGRESSED and a.change == pytest.approx(0.25, rel=1e-6)
+    assert a.host_change is not None and a.host_change < -0.15
+
+
+def test_the_control_screens_then_pools() -> None:
+    base = stored_controlled()
+    line = 0.10 * bl.DECISION_FRACTION
+    screen = 0.10 * bl.CONTROL_SCREEN_FRACTION
+    assert decide(base, controlled(scaled(1 + screen / 2)))[3] is False  # unchanged at once
+    just_over = controlled(scaled(1 + (screen + line) / 2))  # past the screen, under the line
+    assert decide(base, just_over)[3] is True
+    assert decide(base, *[just_over] * CREG)[0] == bl.UNCHANGED
+    # the slow first measurement was a spell: the pooled median is what counts
+    spell = [controlled(scaled(1.3))] + [controlled(TIMES)] * (CREG - 1)
+    assert decide(base, *spell)[0] == bl.UNCHANGED
+    assert decide(base, controlled(scaled(0.7)))[0] == bl.IMPROVED
+    assert decide(base, controlled(scaled(1.2)), can_confirm=False)[0] == bl.REGRESSED
+
+
+def test_noisy_measurements_are_left_out_of_the_pool() -> None:
+    base = stored_controlled()
+    busy = controlled(scaled(1.8), noise=BUSY)  # another job: slower, and the probe saw it
+    verdict, _, _, _ = decide(base, *[busy] * 2, *[controlled(TIMES)] * (CREG - 2))
+    assert verdict == bl.UNCHANGED
+    verdict, _, detail, _ = decide(base, *[busy] * CREG)
+    assert verdict == bl.INCONCLUSIVE and f"CPU wait 60% > {WAIT_LIMIT:.0%}" in detail
+
+
+def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
+    assert not bl.controlled(stored(), [controlled()])
+    assert not bl.controlled(stored_controlled(), [window(TIMES)])
+    short = bl.StoredMetric("s", False, 0.02, TIMES[:3], control=CONTROL[:3])
+    assert not bl.controlled(short, [controlled()])
+    assert bl.controlled(stored_controlled(), [controlled()])
+    verdict, _, detail, _ = decide(stored(), *[controlled(scaled(2.0))] * REG)
+    assert verdict == bl.REGRESSED and f"confirmed by {REG} measurements" in detail
+
+
+def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -> None:
+    def metric(factor: float) -> Metric:
+        return Metric("w.time_s", 0.02 * factor, "s", False, scaled(factor), control=CONTROL)
+
+    j = judgement(None, metric(1.0), save=True)
+    assert j.backoff() == bl.CONTROL_PAUSE_S
+    for i in range(1, CREG):
+        assert j.wanted() == ["measure(w)"]
+        j.add_window("measure(w)", [metric(1.5 if i == 1 else 1.0 + i / 100)],
+                     BUSY if i == 1 else QUIET)
+    assert j.wanted() == []
+    (entry,) = j.save_entries()
+    kept = entry.metrics["w.time_s"]
+    assert len(kept.samples) == len(kept.control) == 20 * (CREG - 1)  # the busy one left out
+    assert kept.measurements == (20,) * (CREG - 1)
+    assert max(kept.samples) < 0.03 and kept.control == CONTROL * (CREG - 1)
+    (v,) = j.verdicts()
+    assert v.verdict == bl.SAVED and f"{CREG} measurement(s) pooled" in v.detail
+    path = tmp_path / "test_x.toml"
+    bl.save_test(path, "test_x.py", "test_a", j.save_entries())
+    assert "control = [" in path.read_text()
+    back = bl.load(path)
+    assert back is not None
+    again = back.metrics("test_a", bl.environment_id(CPU))
+    assert again is not None and again["w.time_s"].control == kept.control
+    assert again["w.time_s"].measurements == kept.measurements
+    (v,) = judgement(back, metric(1.0)).verdicts()
+    assert v.verdict == bl.UNCHANGED and v.host_change == pytest.approx(0.0, abs=1e-9)
+    assert "host-speed control +0.0%" in "\n".join(report.verdict_table([v]))
 
 
 def test_verdicts_travel_with_the_record_and_render() -> None:

@@ -143,6 +143,11 @@ def test_measure_result_takes_the_slowest_rank_per_iteration() -> None:
     assert (metric.name, metric.higher_is_better, metric.samples) == ("x.time_s", False,
                                                                       (3.0, 5.0, 2.5))
     assert math.isnan(MeasureResult.from_per_rank("y", []).time_s)
+    assert metric.control == ()  # no control was measured
+    c = MeasureResult.from_per_rank("x", [[1.0, 5.0], [3.0, 1.0]], [[0.2, 0.1], [0.1, 0.3]])
+    assert c.control == (0.2, 0.3) and c.metrics()[0].control == (0.2, 0.3)
+    ragged = MeasureResult.from_per_rank("x", [[1.0, 5.0], [3.0, 1.0]], [[0.2], [0.1, 0.3]])
+    assert ragged.control == ()  # a control that does not pair with the samples is dropped
 
 
 def test_thresholds() -> None:

@@ -51,12 +51,14 @@ NAPS = textwrap.dedent("""
 
 def _make_murky(path: Path) -> None:
     """Rewrite test_murky's stored samples: a fast estimate, yet most samples far slower, so
-    that a normal run is past the line but not statistically clear: inconclusive."""
+    that a normal run is past the line but not statistically clear: inconclusive.  The
+    stored control goes: such a baseline is judged by the plain rule."""
     data = bl.tomllib.loads(path.read_text())
     (entry,) = data["tests"]["test_murky"].values()
     table = entry["metrics"]["murky.time_s"]
     table["samples"] = [0.005] * 5 + [1.0] * 15
     table["value"] = 1.0
+    del table["control"], table["measurements"]  # no host-speed control: the plain rule
     path.write_text(tomli_w.dumps(data))
 
 
@@ -74,7 +76,10 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     (env_id,) = data["environments"]
     assert env_id.startswith("gloo-cpu-w2-torch")
     assert sorted(data["tests"]) == ["test_faster", "test_murky", "test_same", "test_slowed"]
-    assert len(data["tests"]["test_same"][env_id]["metrics"]["same.time_s"]["samples"]) == 10
+    same = data["tests"]["test_same"][env_id]["metrics"]["same.time_s"]
+    # every measurement of the save pooled, each sample with its host-speed control
+    assert len(same["samples"]) == len(same["control"]) == 10 * bl.CONTROL_WINDOWS
+    assert same["measurements"] == [10] * bl.CONTROL_WINDOWS
     _make_murky(stored)
     saved = stored.read_bytes()
 
@@ -87,7 +92,8 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
         "*distperf: regressed in test_naps.py::test_slowed (tolerance 10%):",
         "*metric*baseline*current*change*confidence*verdict",
         "*slowed.time_s*ms*ms*+*%*%*regressed",
-        "*slowed.time_s: confirmed by * measurements*",
+        f"*slowed.time_s: confirmed by {bl.CONTROL_WINDOWS} measurements*host-speed control *"
+        "vs the baseline's, followed with slope *",
     ])
     result.stdout.fnmatch_lines([
         "*distperf verdicts (per metric): 1 regressed, 1 inconclusive, 1 improved, 1 unchanged",
