@@ -124,9 +124,9 @@ SAVE_PAUSE_S = 0.5
 #: often ends within seconds.
 NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: Times with a host-speed control: measurements pooled on each side (baseline and current)
-#: before a regression is called.  On this machine (benchmarks/verdict_quality.md), with 4 a
-#: side 2% of clean comparisons false-alarmed and 86% of 10% slowdowns were caught; with 6,
-#: none and 93%.
+#: before a regression is called.  Replayed on recorded windows of a matmul loop on this
+#: machine (docs/baselines.md), six a side: 1-2% of clean comparisons false-alarmed and 90%
+#: of 10% slowdowns were caught; four a side: 2% and 86%.
 CONTROL_WINDOWS = 6
 #: ... re-measured only when the first measurement is worse by this fraction of the tolerance
 CONTROL_SCREEN_FRACTION = 0.25
@@ -693,7 +693,9 @@ def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
     by the plain rule."""
     return (not base.higher_is_better and not base.is_fraction
             and len(base.control) == len(base.samples) >= MIN_SAMPLES
-            and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows))
+            and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows)
+            and all(v > 0 for v in base.samples)  # judged in log space
+            and all(v > 0 for w in windows for v in w.samples))
 
 
 def pooled(windows: Sequence[Window]) -> Window:

@@ -479,6 +479,7 @@ def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
     assert not bl.controlled(stored_controlled(), [window(TIMES)])
     short = bl.StoredMetric("s", False, 0.02, TIMES[:3], control=CONTROL[:3])
     assert not bl.controlled(short, [controlled()])
+    assert not bl.controlled(stored_controlled(), [controlled((0.0, *TIMES[1:]))])  # no log
     assert bl.controlled(stored_controlled(), [controlled()])
     verdict, _, detail, _ = decide(stored(), *[controlled(scaled(2.0))] * REG)
     assert verdict == bl.REGRESSED and f"confirmed by {REG} measurements" in detail
