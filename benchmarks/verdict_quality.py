@@ -102,7 +102,7 @@ HOG = textwrap.dedent('''
 
 METRICS = ("matmul.time_s", "plain.time_s")
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
-          "spread", "host_change", "detail")
+          "spread", "host_change", "control_slope", "detail")
 
 
 def run_pytest(project: Path, extra: float, save: bool, reps: int,
