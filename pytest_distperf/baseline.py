@@ -37,7 +37,7 @@ of covariance, as CUPED does for A/B tests):
   measurements' samples, and their sizes);
 * the slope: how strongly the time follows the control, fitted on the measurements' medians
   in log space, each side centred on its own median (so that a regression between the sides
-  does not enter it), clipped to [0, 1].  About 0.7-0.9 for CPU-bound work, 0 for a sleep;
+  does not enter it), clipped to [0, 1].  0.1-0.9 for a matmul loop here, 0 for a sleep;
 * each sample becomes ``log(time) - slope * log(control)``; the change is the difference of
   the two sides' medians, back in relative terms;
 * a first measurement worse by a quarter of the tolerance is measured again until there are
@@ -687,10 +687,10 @@ def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
 
 # -- times with a host-speed control ---------------------------------------------------------
 def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
-    """Whether a metric is judged per unit of its host-speed control: a time (lower is
-    better, not a fraction) with a control for every sample, in the baseline and in every
-    measurement.  A baseline saved without one (or a run with ``control=False``) is judged
-    by the plain rule."""
+    """Whether a metric is judged with its host-speed control: a time (lower is better, not
+    a fraction, every sample positive) with a control for every sample, in the baseline and
+    in every measurement.  A baseline saved without one (or a run with ``control=False``) is
+    judged by the plain rule."""
     return (not base.higher_is_better and not base.is_fraction
             and len(base.control) == len(base.samples) >= MIN_SAMPLES
             and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows)
@@ -780,7 +780,7 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window],
     line = tolerance * DECISION_FRACTION
     big_enough = abs(c - b) >= min_abs_delta(base.unit) and c != b
     host = float(np.median(cur.control)) / float(np.median(base.control)) - 1.0
-    noisy = () if quiet else tuple("; ".join(why) for why in reasons)
+    noisy = () if quiet else tuple(", ".join(why) for why in reasons)
     return Assessment(b, c, change, change, big_enough and change >= line,
                       big_enough and -change >= line, mann_whitney_greater(rc, rb),
                       mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
@@ -1075,7 +1075,7 @@ class Judgement:
                             measurements=window.sizes if window.control else ())
 
     def save_entries(self) -> list[SaveEntry]:
-        """The best window of every metric, grouped by environment."""
+        """What every metric stores (:meth:`_save_window`), grouped by environment."""
         grouped: dict[str, tuple[Environment, dict[str, StoredMetric]]] = {}
         for name in self.metrics:
             env = self.envs[name]

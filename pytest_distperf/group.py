@@ -109,8 +109,8 @@ class DistGroup:
         Each iteration starts at a barrier; its time is the slowest rank's.  Records the
         metric ``<name>.time_s`` (lower is better) with the per-iteration samples.  On CPU
         ranks each iteration is followed by the host-speed control (about 2-3 ms, the same
-        on all ranks; ``control=False`` leaves it out), which the baseline verdict divides
-        by (docs/baselines.md).
+        on all ranks; ``control=False`` leaves it out), with which the baseline verdict
+        takes the host's changing speed out of the comparison (docs/baselines.md).
         """
         __tracebackhide__ = True
         if not name or any(c.isspace() for c in name):

@@ -8,7 +8,7 @@ The host-speed control (CPU only): after each timed iteration every rank runs th
 piece of work (:func:`control_kernel`, about 2-3 ms of float32 matmuls) at once, timed the
 same way.  Shared hosts change speed by 20-25% from one second to the next, with no steal
 to show for it (the ranks' vCPUs land on SMT siblings of one core, or not); the control
-slows down with them, and the verdict judges time *per unit of control*
+slows down with them, and the verdict takes out the part of a time that follows it
 (docs/baselines.md, benchmarks/verdict_quality.md).
 """
 

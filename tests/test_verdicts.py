@@ -7,6 +7,7 @@ benchmarks/verdict_quality.py.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -179,3 +180,48 @@ def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytes
     for i in range(3):
         (entry,) = data["tests"][f"test_it[{i}]"].values()
         assert list(entry["metrics"]) == [f"nap{i}.time_s"]
+
+
+def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real CPU-bound work (not a sleep) through the control path: every sample carries its
+    control into the baseline file and the JSON report; twice the work is a regression
+    whatever the host's speed (only the unmistakable direction is asserted: a clean run's
+    verdict is the benchmark's business, benchmarks/verdict_quality.md)."""
+    pytester.makepyfile(test_work=textwrap.dedent("""
+        import os
+
+        import torch
+
+
+        def work(a, reps):
+            for _ in range(reps):
+                a @ a
+
+
+        def test_work(nccl_group):
+            a = torch.randn(128, 128)
+            reps = 150 * int(os.environ.get("WORK_SCALE", "1"))  # about 10 ms
+            nccl_group.measure("work", work, a, reps, iters=10, warmup=1)
+    """))
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result.assert_outcomes(passed=1)
+    data = bl.tomllib.loads((pytester.path / "perf_baselines" / "test_work.toml").read_text())
+    (entry,) = data["tests"]["test_work"].values()
+    table = entry["metrics"]["work.time_s"]
+    # the quiet ones of the save's measurements, pooled (the noise probe may drop a few)
+    assert len(table["control"]) == len(table["samples"]) == sum(table.get("measurements", [10]))
+    assert set(table.get("measurements", [10])) == {10}
+    assert all(c > 0 for c in table["control"])
+
+    monkeypatch.setenv("WORK_SCALE", "2")
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-json", str(report))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*work.time_s*regressed",
+                                 "*work.time_s: confirmed by * measurements*host-speed control*"])
+    (verdict,) = json.loads(report.read_text())["tests"][0]["verdicts"]
+    assert verdict["verdict"] == bl.REGRESSED and verdict["windows"] == bl.CONTROL_WINDOWS
+    assert verdict["change"] > 0.5  # twice the work: about +100%
+    assert verdict["host_change"] is not None
+    assert 0.0 <= verdict["control_slope"] <= 1.0
