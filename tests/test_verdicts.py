@@ -78,9 +78,11 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     assert env_id.startswith("gloo-cpu-w2-torch")
     assert sorted(data["tests"]) == ["test_faster", "test_murky", "test_same", "test_slowed"]
     same = data["tests"]["test_same"][env_id]["metrics"]["same.time_s"]
-    # every measurement of the save pooled, each sample with its host-speed control
-    assert len(same["samples"]) == len(same["control"]) == 10 * bl.CONTROL_WINDOWS
-    assert same["measurements"] == [10] * bl.CONTROL_WINDOWS
+    # the save's quiet measurements pooled (all six unless the noise probe dropped some),
+    # each sample with its host-speed control
+    sizes = same.get("measurements", [10])
+    assert len(same["samples"]) == len(same["control"]) == sum(sizes)
+    assert set(sizes) == {10} and 1 <= len(sizes) <= bl.CONTROL_WINDOWS
     _make_murky(stored)
     saved = stored.read_bytes()
 
