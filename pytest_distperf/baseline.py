@@ -46,7 +46,9 @@ of covariance, as CUPED does for A/B tests):
 * a first measurement worse by a quarter of the tolerance is measured again until there are
   ``CONTROL_WINDOWS``; then it is a regression when the pooled change is past the line and a
   one-sided Mann-Whitney test of the adjusted samples agrees at ``ALPHA``.  The noise probe
-  and the spread limit still set noisy measurements aside.
+  and the spread limit still set noisy measurements aside; and since another process can
+  push an adjusted time either way, a noisy measurement clears and improves nothing: with
+  no quiet one the verdict is inconclusive.
 """
 
 from __future__ import annotations
@@ -813,20 +815,24 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     """:func:`decide` for a time with a host-speed control (see the module's docstring)."""
     a = assess_controlled(base, windows, tolerance)
     n = len(windows)
-    if a.better_like and _significant(a.p_better):
+    # Unlike a plain time, an adjusted one can be pushed either way by another process (its
+    # time slices inflate the control too): noisy measurements clear nothing and improve
+    # nothing, they are measured again and, with no quiet one, too noisy to tell.
+    if a.trusted and a.better_like and _significant(a.p_better):
         return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
-    screened_out = n == 1 and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+    screened_out = n == 1 and a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
     if can_confirm and n < CONTROL_WINDOWS and not screened_out:
         return INCONCLUSIVE, a, "awaiting confirmation", True
+    if not a.trusted:
+        detail = (f"too noisy to tell in all {n} measurements" if n > 1
+                  else "too noisy to tell")
+        return INCONCLUSIVE, a, f"{detail} ({'; '.join(a.noisy)})", False
     if not a.worse_like:
         return UNCHANGED, a, "", False
-    if a.trusted and _significant(a.p_worse):
+    if _significant(a.p_worse):
         how = (f"confirmed by {n} measurements" if n > 1
                else "not confirmed: no re-measurement is available for this metric")
         return REGRESSED, a, how, False
-    if not a.trusted:
-        return INCONCLUSIVE, a, (f"too noisy to tell in all {n} measurements "
-                                 f"({'; '.join(a.noisy)})"), False
     return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
                              f"{a.p_worse:.3g} >= {ALPHA})"), False
 

@@ -472,6 +472,13 @@ def test_noisy_measurements_are_left_out_of_the_pool() -> None:
     assert verdict == bl.UNCHANGED
     verdict, _, detail, _ = decide(base, *[busy] * CREG)
     assert verdict == bl.INCONCLUSIVE and f"CPU wait 60% > {WAIT_LIMIT:.0%}" in detail
+    # a noisy measurement clears nothing and improves nothing: the control moves with noise
+    busy_same = controlled(TIMES, noise=BUSY)
+    assert decide(base, busy_same)[3] is True  # not screened out: measured again
+    verdict, _, detail, _ = decide(base, *[busy_same] * CREG)
+    assert verdict == bl.INCONCLUSIVE and "too noisy to tell in all" in detail
+    assert decide(base, controlled(scaled(0.5), noise=BUSY))[0] == bl.INCONCLUSIVE
+    assert decide(base, busy_same, can_confirm=False)[0] == bl.INCONCLUSIVE
 
 
 def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
