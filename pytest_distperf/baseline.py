@@ -702,10 +702,16 @@ def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
     a fraction, every sample positive) with a control for every sample, in the baseline and
     in every measurement.  A baseline saved without one (or a run with ``control=False``) is
     judged by the plain rule."""
-    return (not base.higher_is_better and not base.is_fraction
-            and len(base.control) == len(base.samples) >= MIN_SAMPLES
+    return (len(base.control) == len(base.samples) >= MIN_SAMPLES
+            and all(v > 0 for v in base.samples)
+            and carries_control(base.higher_is_better, base.is_fraction, windows))
+
+
+def carries_control(higher_is_better: bool, fraction: bool, windows: Sequence[Window]) -> bool:
+    """Whether measurements of a metric can be judged with their control: a time, every
+    sample with a control, every sample positive (judged in log space)."""
+    return (not higher_is_better and not fraction
             and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows)
-            and all(v > 0 for v in base.samples)  # judged in log space
             and all(v > 0 for w in windows for v in w.samples))
 
 
@@ -985,9 +991,7 @@ class Judgement:
 
     def _has_control(self, name: str) -> bool:
         metric = self.metrics[name]
-        return (not metric.higher_is_better and not metric.is_fraction
-                and all(len(w.control) == len(w.samples) >= MIN_SAMPLES
-                        for w in self.windows[name]))
+        return carries_control(metric.higher_is_better, metric.is_fraction, self.windows[name])
 
     def _save_window(self, name: str) -> Window:
         """What a save stores: with a host-speed control, the quiet measurements pooled (all
