@@ -104,15 +104,39 @@ MODELS: dict[str, tuple[Callable[[], Any], Callable[[int], Any], str]] = {
 
 
 # -- measuring -------------------------------------------------------------------------------
+def bare_loop_on_rank(spec: Any) -> list[float]:
+    """On one rank: the step of ``spec`` (same model, DDP wrapper, batch and optimizer as
+    the fixture, with DDP's built-in all-reduce) in a plain loop: one barrier, then
+    ``spec.steps`` back-to-back steps with nothing but a timestamp between them."""
+    import dataclasses
+    import itertools
+
+    import torch.distributed as dist
+
+    from pytest_distperf.rank.ddp import build
+
+    built = build(dataclasses.replace(spec, comm_timing=False))
+    for _ in range(spec.warmup):
+        built.train_step()
+    dist.barrier()
+    built.clock.synchronize()
+    marks = [built.clock.now()]
+    for _ in range(spec.steps):
+        built.train_step()
+        marks.append(built.clock.now())
+    built.clock.synchronize()
+    return [built.clock.seconds(a, b) for a, b in itertools.pairwise(marks)]
+
+
 def bare_steps_s(pool: Any, model_fn: Any, batch_fn: Any, steps: int, warmup: int,
                  ranks: int) -> tuple[float, ...]:
     """Per step of the bare loop, the slowest rank's time."""
     from pytest_distperf.analyzer import per_step_max
-    from pytest_distperf.ddp import StepSpec, time_steps
+    from pytest_distperf.rank.ddp import StepSpec
 
-    spec = StepSpec(model_fn, batch_fn, steps=steps, warmup=warmup, bare=True)
-    per_rank = pool.execute(time_steps, (spec,), {}, ranks, "bare loop")
-    return per_step_max([r.step_s for r in per_rank])
+    spec = StepSpec(model_fn, batch_fn, steps=steps, warmup=warmup)
+    per_rank = pool.execute(bare_loop_on_rank, (spec,), {}, ranks, "bare loop")
+    return per_step_max(per_rank)
 
 
 def bench_model(timer: Any, pool: Any, name: str, rounds: int, steps: int,

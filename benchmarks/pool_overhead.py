@@ -9,7 +9,7 @@ Three measurements, each at 2 and 4 ranks on gloo:
 3. ``12 tests vs 1``: the wall time of a pytest run of a file with 12 distributed tests over
    that of a file with one (both through the real plugin, pool spawned once per run).
 
-Goals (issue 2): warm run() under 5 ms; 12 tests at most 1.5x the wall time of 1.
+Goals: warm run() under 5 ms; 12 tests at most 1.5x the wall time of 1.
 
     python benchmarks/pool_overhead.py            # prints a Markdown table
     python benchmarks/pool_overhead.py --quick    # fewer repetitions

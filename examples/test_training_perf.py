@@ -21,7 +21,7 @@ FEATURES = 256
 
 #: On CPU the ranks are processes time-sliced on a few cores (4 ranks on a 2-core CI machine),
 #: so load imbalance and scaling there measure the OS scheduler as much as the code.  This
-#: suite keeps CONTRACT.md's limits on GPUs and widens those two (and communication, which
+#: suite keeps the default limits on GPUs and widens those two (and communication, which
 #: gloo does on the same cores) on CPU, where only a gross problem should fail; the baseline
 #: comparison still catches regressions against what this environment measured before.
 ON_CPU = not torch.cuda.is_available()

@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
     # DesyncError lives with the trace analysis, which needs numpy: imported on first use so
     # that loading the plugin stays cheap in every pytest run.
     if name == "DesyncError":
-        from pytest_distperf.traces import DesyncError
+        from pytest_distperf.traces.desync import DesyncError
 
         return DesyncError
     raise AttributeError(f"module 'pytest_distperf' has no attribute {name!r}")

@@ -1,29 +1,29 @@
-"""Collective benchmarks: nccl-tests' measurements, run on the ranks of a group.
+"""Collective benchmarks, the controller half: plan the measurement, assemble the result.
 
-Two halves, kept apart so that the controller never needs torch to read a result:
-
-* planning and assembling (controller): :func:`plan` checks the op, sizes and dtype and
-  fixes the element counts; :func:`build_result` turns the ranks' samples into a
-  :class:`~pytest_distperf.records.CollectiveResult` with nccl-tests' algbw and busbw.
-* measuring (ranks): :func:`bench_on_rank` runs, per size, a warm-up and a barrier-aligned
-  timed loop (:func:`pytest_distperf.timing.time_iterations`: CUDA events on GPU,
-  ``perf_counter`` on CPU), then one correctness check; :func:`pairs_on_rank` times every
-  ordered pair of ranks in turn.
-
-torch is imported inside the functions that run on the ranks (and in :func:`plan`, to check a
-dtype), never at import time.
+:func:`plan` checks the op, sizes and dtype and fixes the element counts (a
+:class:`~pytest_distperf.records.BenchSpec` sent to the ranks); the ranks measure
+(:mod:`pytest_distperf.rank.collectives`); :func:`build_result` turns their samples into a
+:class:`~pytest_distperf.records.CollectiveResult` with nccl-tests' algbw and busbw, the one
+place busbw is computed.  torch is imported only in :func:`plan`, to check a dtype.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pytest_distperf.config import format_size, parse_size
-from pytest_distperf.records import CollectiveResult, CollectiveRow, PairMatrix, PairRow
+from pytest_distperf.config import format_size, parse_size, require_int
+from pytest_distperf.records import (
+    CHUNKED_OPS,
+    BenchSpec,
+    CollectiveResult,
+    CollectiveRow,
+    PairMatrix,
+    PairOutcome,
+    PairRow,
+    SizeOutcome,
+)
 
 #: The ops of ``bench``, in the order the suite runs them.
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
@@ -40,12 +40,6 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "send_recv": lambda n: 1.0,
     "barrier": lambda n: 0.0,
 }
-#: Ops whose buffer is split into one chunk per rank: S must hold a whole number of chunks.
-CHUNKED_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
-#: Ops that reduce (sum), and the root of the rooted ops: for the table's redop/root columns.
-REDUCING_OPS = frozenset({"all_reduce", "reduce_scatter", "reduce"})
-ROOT = 0
-
 #: Default sweeps: 64 KiB .. 64 MiB by x4 on CPU, 64 KiB .. 1 GiB by x4 on GPU.
 DEFAULT_SIZES_CPU = tuple(64 * 1024 * 4**i for i in range(6))
 DEFAULT_SIZES_GPU = tuple(64 * 1024 * 4**i for i in range(8))
@@ -77,20 +71,6 @@ def check_op(op: object) -> str:
 
 
 # -- planning (controller) ----------------------------------------------------------------
-@dataclasses.dataclass(frozen=True, slots=True)
-class BenchSpec:
-    """What every rank is asked to measure (sent to the ranks)."""
-
-    op: str
-    labels: tuple[str, ...]  # the sizes as asked for, as written in metric names
-    counts: tuple[int, ...]  # elements in S for each size (S: see CollectiveRow)
-    dtype: str  # torch dtype name, e.g. "float32"
-    element_size: int
-    warmup: int
-    iters: int
-    world_size: int
-
-
 def dtype_name(dtype: Any) -> str:
     """``torch.float32`` or ``"float32"`` -> ``"float32"``; ValueError for what cannot be
     summed and checked (bool, complex) or is not a dtype."""
@@ -144,8 +124,7 @@ def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
 
     check_op(op)
     for name, value, least in (("warmup", warmup, 0), ("iters", iters, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"bench({op!r}): {name} must be an int >= {least}, got {value!r}")
+        require_int(value, f"bench({op!r}): {name}", least)
     if op == "send_recv" and world_size < 2:
         raise ValueError("bench('send_recv') needs at least 2 ranks (a ring: each rank sends "
                          "to rank+1 and receives from rank-1)")
@@ -159,20 +138,20 @@ def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
                      warmup, iters, world_size)
 
 
-def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[dict[str, Any]]], *,
+def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,
                  backend: str, device_type: str) -> CollectiveResult:
     """The ranks' outcomes (``per_rank[rank][size]``) as rows with algbw and busbw."""
     factor = BUS_FACTORS[spec.op](spec.world_size)
     rows = []
     for i, (label, count) in enumerate(zip(spec.labels, spec.counts, strict=True)):
         outcomes = [rank_outcomes[i] for rank_outcomes in per_rank]
-        per_rank_us = tuple(tuple(s * 1e6 for s in o["samples"]) for o in outcomes)
+        per_rank_us = tuple(tuple(s * 1e6 for s in o.samples) for o in outcomes)
         samples_us = tuple(max(col) for col in zip(*per_rank_us, strict=True))
         time_us = statistics.median(samples_us)
         size_bytes = count * spec.element_size
         algbw = size_bytes / (time_us * 1e3) if time_us > 0 else 0.0  # bytes/us/1e3 = GB/s
-        wrong = sum(int(o["wrong"]) for o in outcomes)
-        first = next((o["first_wrong"] for o in outcomes if o["first_wrong"]), "")
+        wrong = sum(o.wrong for o in outcomes)
+        first = next((o.first_wrong for o in outcomes if o.first_wrong), "")
         rows.append(CollectiveRow(label, size_bytes, count, time_us, algbw, algbw * factor,
                                   wrong, samples_us, per_rank_us, first))
     return CollectiveResult(spec.op, spec.world_size, backend, device_type, spec.dtype,
@@ -195,15 +174,15 @@ def wrong_message(result: CollectiveResult | PairMatrix) -> str:
               "its bandwidth was not recorded)")
 
 
-def build_pairs(spec: BenchSpec, per_rank: Sequence[dict[str, Any]], *, backend: str,
+def build_pairs(spec: BenchSpec, per_rank: Sequence[PairOutcome], *, backend: str,
                 device_type: str) -> PairMatrix:
     """Merge the senders' samples and the receivers' checks into a :class:`PairMatrix`."""
     samples: dict[tuple[int, int], list[float]] = {}
     wrong: dict[tuple[int, int], int] = {}
     for outcome in per_rank:
-        for (src, dst), values in outcome["sent"].items():
-            samples[(src, dst)] = values
-        for (src, dst), count in outcome["received"].items():
+        for (src, dst), values in outcome.sent.items():
+            samples[(src, dst)] = list(values)
+        for (src, dst), count in outcome.received.items():
             wrong[(src, dst)] = count
     rows = []
     for (src, dst) in sorted(samples):
@@ -214,242 +193,3 @@ def build_pairs(spec: BenchSpec, per_rank: Sequence[dict[str, Any]], *, backend:
                             wrong.get((src, dst), 0), us))
     return PairMatrix(len(per_rank), backend, device_type, spec.dtype, spec.labels[0],
                       spec.counts[0] * spec.element_size, spec.warmup, spec.iters, tuple(rows))
-
-
-# -- measuring (ranks) ----------------------------------------------------------------------
-def _pattern(rank: Any, index: Any) -> Any:
-    """The value rank ``rank`` contributes at global element ``index`` (int tensors): small
-    whole numbers, exact in every dtype, that differ by rank and by position so that a
-    misplaced chunk is caught as surely as a wrong sum."""
-    return (rank % 8) + 1 + (index % 5)
-
-
-def _rank_sum(world_size: int) -> int:
-    return sum((k % 8) + 1 for k in range(world_size))
-
-
-def _count_wrong(got: Any, expected: Any, world_size: int, where: str) -> tuple[int, str]:
-    """Elements of ``got`` that differ from ``expected`` (exact ints), with the first one.
-
-    Floating point sums are allowed ``world_size`` ulps of relative error (the order of a
-    reduction may differ); integers must match exactly (after the dtype's wrap-around).
-    """
-    import torch
-
-    dtype = got.dtype
-    if dtype.is_floating_point:
-        compute = torch.float64 if dtype == torch.float64 else torch.float32
-        want = expected.to(compute)
-        tolerance = world_size * torch.finfo(dtype).eps
-        bad = ~((got.to(compute) - want).abs() <= tolerance * want.abs())
-    else:
-        want = expected.to(dtype)
-        bad = got != want
-    wrong = int(bad.sum().item())
-    if not wrong:
-        return 0, ""
-    index = int(torch.nonzero(bad.reshape(-1))[0].item())
-    return wrong, (f"{where}: element {index} is {got.reshape(-1)[index].item()!r}, "
-                   f"expected {want.reshape(-1)[index].item()!r}")
-
-
-def _device() -> Any:
-    import torch
-    import torch.distributed as dist
-
-    if dist.get_backend() == "nccl" and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _setup(op: str, count: int, dtype: Any, device: Any
-           ) -> tuple[Callable[[], Any], Callable[[], tuple[int, str]]]:
-    """(run the op once, check it once) for one size on this rank.
-
-    The buffers start zeroed, so that the timed loop (in place, repeated) neither overflows
-    nor meets infinities.  The check fills them with :func:`_pattern`, runs the op, counts the
-    wrong elements and zeroes them again.
-    """
-    import torch
-    import torch.distributed as dist
-
-    rank, n = dist.get_rank(), dist.get_world_size()
-    chunk = count // n if op in CHUNKED_OPS else count
-
-    def arange(length: int, start: int = 0) -> Any:
-        return torch.arange(start, start + length, dtype=torch.int32, device=device)
-
-    def empty(length: int) -> Any:
-        return torch.zeros(length, dtype=dtype, device=device)
-
-    where = f"rank {rank}"
-    fn: Callable[[], Any]
-    fill: Callable[[], None]
-    expect: Callable[[], tuple[Any, Any] | None]  # (tensor to check, expected int tensor)
-
-    if op == "all_reduce":
-        buf = empty(count)
-        fn = lambda: dist.all_reduce(buf)  # noqa: E731
-        fill = lambda: buf.copy_(_pattern(rank, arange(count)))  # noqa: E731
-        expect = lambda: (buf, _rank_sum(n) + n * (arange(count) % 5))  # noqa: E731
-        buffers = [buf]
-    elif op == "all_gather":
-        inp, out = empty(chunk), empty(count)
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        fn = lambda: gather(out, inp)  # noqa: E731
-        fill = lambda: inp.copy_(_pattern(rank, arange(chunk, rank * chunk)))  # noqa: E731
-        expect = lambda: (out, _pattern(arange(count) // chunk, arange(count)))  # noqa: E731
-        buffers = [inp, out]
-    elif op == "reduce_scatter":
-        inp, out = empty(count), empty(chunk)
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        fn = lambda: scatter(out, inp)  # noqa: E731
-        fill = lambda: inp.copy_(_pattern(rank, arange(count)))  # noqa: E731
-        expect = lambda: (out, _rank_sum(n) + n * (arange(chunk, rank * chunk) % 5))  # noqa: E731
-        buffers = [inp, out]
-    elif op == "broadcast":
-        buf = empty(count)
-        fn = lambda: dist.broadcast(buf, src=ROOT)  # noqa: E731
-
-        def fill() -> None:
-            if rank == ROOT:
-                buf.copy_(_pattern(ROOT, arange(count)))
-            else:
-                buf.zero_()
-
-        expect = lambda: (buf, _pattern(ROOT, arange(count)))  # noqa: E731
-        buffers = [buf]
-    elif op == "reduce":
-        buf = empty(count)
-        fn = lambda: dist.reduce(buf, dst=ROOT)  # noqa: E731
-        fill = lambda: buf.copy_(_pattern(rank, arange(count)))  # noqa: E731
-        # only the root's buffer is defined afterwards
-        expect = lambda: ((buf, _rank_sum(n) + n * (arange(count) % 5))  # noqa: E731
-                          if rank == ROOT else None)
-        buffers = [buf]
-    elif op == "all_to_all":
-        inp, out = empty(count), empty(count)
-        fn = lambda: dist.all_to_all_single(out, inp)  # noqa: E731
-        fill = lambda: inp.copy_(_pattern(rank, arange(count)))  # noqa: E731
-        # chunk s of the output is chunk `rank` of rank s's input
-        expect = lambda: (out, _pattern(arange(count) // chunk,  # noqa: E731
-                                        rank * chunk + arange(count) % chunk))
-        buffers = [inp, out]
-    elif op == "send_recv":
-        send, recv = empty(count), empty(count)
-        nxt, prev = (rank + 1) % n, (rank - 1) % n
-
-        def fn() -> None:
-            ops = [dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prev)]
-            for work in dist.batch_isend_irecv(ops):
-                work.wait()
-
-        fill = lambda: send.copy_(_pattern(rank, arange(count)))  # noqa: E731
-        expect = lambda: (recv, _pattern(prev, arange(count)))  # noqa: E731
-        buffers = [send, recv]
-    else:  # barrier
-        fn = dist.barrier
-        fill = lambda: None  # noqa: E731
-        expect = lambda: None  # noqa: E731
-        buffers = []
-
-    def check() -> tuple[int, str]:
-        for b in buffers:
-            b.zero_()
-        fill()
-        fn()
-        pair = expect()
-        outcome = (0, "") if pair is None else _count_wrong(pair[0], pair[1], n, where)
-        for b in buffers:
-            b.zero_()
-        return outcome
-
-    return fn, check
-
-
-def bench_on_rank(spec: BenchSpec) -> list[dict[str, Any]]:
-    """What :meth:`DistGroup.bench` runs on every rank: per size, the warm-up and the timed
-    loop (on zeroed buffers), then one correctness check, as nccl-tests orders them: the timed
-    calls follow nothing but warm-up calls of the same op.  Returns per size
-    ``{"samples": [s, ...], "wrong": n, "first_wrong": text}``."""
-    import torch
-
-    from pytest_distperf.timing import time_iterations
-    from pytest_distperf.worker import set_phase
-
-    dtype = getattr(torch, spec.dtype)
-    device = _device()
-    out: list[dict[str, Any]] = []
-    for label, count in zip(spec.labels, spec.counts, strict=True):
-        phase = f"bench {spec.op} {label}"
-        set_phase(f"{phase}: allocating")
-        fn, check = _setup(spec.op, count, dtype, device)
-        samples = time_iterations(fn, warmup=spec.warmup, iters=spec.iters, phase=phase)
-        set_phase(f"{phase}: checking the result")
-        wrong, first = check()
-        out.append({"samples": samples, "wrong": wrong, "first_wrong": first})
-        del fn, check
-    return out
-
-
-def pairs_on_rank(count: int, dtype: str, warmup: int, iters: int) -> dict[str, Any]:
-    """What :meth:`DistGroup.bench_pairs` runs on every rank.
-
-    Every ordered pair (src, dst) in turn, the others waiting at a barrier: src sends
-    ``count`` elements and waits for a one-element reply; each iteration's time is that round
-    trip, timed on the sender (CUDA events on GPU).  The receiver checks the data once.
-    Returns ``{"sent": {(src, dst): [s, ...]}, "received": {(src, dst): wrong}}``.
-    """
-    import torch
-    import torch.distributed as dist
-
-    from pytest_distperf.worker import set_phase
-
-    rank, n = dist.get_rank(), dist.get_world_size()
-    device = _device()
-    on_cuda = device.type == "cuda"
-    torch_dtype = getattr(torch, dtype)
-    index = torch.arange(count, dtype=torch.int32, device=device)
-    send = _pattern(rank, index).to(torch_dtype)
-    recv = torch.zeros(count, dtype=torch_dtype, device=device)
-    ack = torch.zeros(1, dtype=torch_dtype, device=device)
-    sent: dict[tuple[int, int], list[float]] = {}
-    received: dict[tuple[int, int], int] = {}
-    for src in range(n):
-        for dst in range(n):
-            if src == dst:
-                continue
-            set_phase(f"bench_pairs {src}->{dst}: waiting for the other pairs")
-            dist.barrier()
-            if rank == src:
-                set_phase(f"bench_pairs {src}->{dst}: sending")
-                samples: list[float] = []
-                for i in range(warmup + iters):
-                    if on_cuda:
-                        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                        start.record()
-                        dist.send(send, dst)
-                        dist.recv(ack, dst)
-                        end.record()
-                        end.synchronize()
-                        seconds = start.elapsed_time(end) / 1e3
-                    else:
-                        t0 = time.perf_counter()
-                        dist.send(send, dst)
-                        dist.recv(ack, dst)
-                        seconds = time.perf_counter() - t0
-                    if i >= warmup:
-                        samples.append(seconds)
-                sent[(src, dst)] = samples
-            elif rank == dst:
-                set_phase(f"bench_pairs {src}->{dst}: receiving")
-                recv.zero_()
-                for _ in range(warmup + iters):
-                    dist.recv(recv, src)
-                    dist.send(ack, src)
-                received[(src, dst)], _ = _count_wrong(recv, _pattern(src, index), n,
-                                                       f"rank {dst} from {src}")
-    set_phase("bench_pairs: done")
-    dist.barrier()
-    return {"sent": sent, "received": received}

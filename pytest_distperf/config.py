@@ -11,11 +11,14 @@ import dataclasses
 import math
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 BACKENDS = ("auto", "nccl", "gloo")
+#: The baseline folder under the rootdir, where ``--distperf-baselines`` does not say.
+DEFAULT_BASELINES_DIRNAME = "perf_baselines"
 DEFAULT_TIMEOUT_S = 300.0
 
-#: Threshold defaults from CONTRACT.md; overridable per environment (baselines) and per test.
+#: Threshold defaults (docs/contract.md); overridable per environment (baselines) and per test.
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "max_comm_overhead": 0.30,
     "max_imbalance": 0.10,
@@ -30,6 +33,19 @@ MARKER_KEYWORDS = ("world_size", *DEFAULT_THRESHOLDS, "tolerance")
 
 class ConfigError(ValueError):
     """A bad option, ini value or marker argument; the message says which and why."""
+
+
+def is_int(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a whole number: an int, and not a bool (which is one to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def require_int(value: object, what: str, least: int) -> int:
+    """``value`` when it is an int >= ``least``; else ValueError: ``<what> must be an int >=
+    <least>, got <value>``."""
+    if not is_int(value) or value < least:
+        raise ValueError(f"{what} must be an int >= {least}, got {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -148,6 +164,14 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
+def format_bytes(nbytes: float) -> str:
+    """A byte count for people, to three significant digits: ``1.5 MiB``, ``512 B``."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if nbytes >= factor:
+            return f"{nbytes / factor:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
 def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, float | int]:
     """Check the ``distperf`` marker's keywords; unknown ones are an error naming them."""
     unknown = sorted(set(kwargs) - set(MARKER_KEYWORDS))
@@ -161,7 +185,7 @@ def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, f
         if value is None:
             continue
         if key == "world_size":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ConfigError(
                     f"@pytest.mark.distperf on {where}: world_size must be an int >= 1, "
                     f"got {value!r}"

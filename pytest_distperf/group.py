@@ -13,12 +13,18 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pytest_distperf.config import require_int
 from pytest_distperf.launcher import Engine
-from pytest_distperf.records import CollectiveResult, MeasureResult, Metric, PairMatrix
+from pytest_distperf.records import (
+    CollectiveResult,
+    MeasureResult,
+    Metric,
+    PairMatrix,
+    Remeasure,
+)
 
 #: ``recorder(label, metrics, result, remeasure)``: ``remeasure()`` repeats the measurement on
 #: the same ranks and returns fresh metrics of the same names (used to confirm a regression).
-Remeasure = Callable[[], Sequence[Metric]]
 Recorder = Callable[[str, Sequence[Metric], Any, "Remeasure | None"], None]
 Checked = TypeVar("Checked", CollectiveResult, PairMatrix)
 
@@ -115,9 +121,9 @@ class DistGroup:
         __tracebackhide__ = True
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"measure(): name must be a non-empty word, got {name!r}")
-        if warmup < 0 or iters < 1:
-            raise ValueError(f"measure(): need warmup >= 0 and iters >= 1, got {warmup}, {iters}")
-        from pytest_distperf.timing import measure_on_rank
+        require_int(warmup, "measure(): warmup", 0)
+        require_int(iters, "measure(): iters", 1)
+        from pytest_distperf.rank.clock import measure_on_rank
 
         label = f"measure({name})"
 
@@ -144,13 +150,14 @@ class DistGroup:
         """
         __tracebackhide__ = True
         from pytest_distperf import collectives
+        from pytest_distperf.rank.collectives import bench_on_rank
 
         spec = collectives.plan(op, sizes, dtype, warmup, iters, world_size=self._size,
                                 device_type=self.device_type)
         label = f"bench({op})"
 
         def once() -> CollectiveResult:
-            per_rank = self.call(collectives.bench_on_rank, (spec,), {},
+            per_rank = self.call(bench_on_rank, (spec,), {},
                                  f"bench({op}, {len(spec.labels)} size(s))")
             return collectives.build_result(spec, per_rank, backend=self.backend,
                                             device_type=self.device_type)
@@ -167,6 +174,7 @@ class DistGroup:
         """
         __tracebackhide__ = True
         from pytest_distperf import collectives
+        from pytest_distperf.rank.collectives import pairs_on_rank
 
         if self._size < 2:
             raise ValueError("bench_pairs() needs at least 2 ranks")
@@ -176,7 +184,7 @@ class DistGroup:
         label = f"bench_pairs({spec.labels[0]})"
 
         def once() -> PairMatrix:
-            per_rank = self.call(collectives.pairs_on_rank,
+            per_rank = self.call(pairs_on_rank,
                                  (spec.counts[0], spec.dtype, warmup, iters), {}, label)
             return collectives.build_pairs(spec, per_rank, backend=self.backend,
                                            device_type=self.device_type)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import cloudpickle
 
-from pytest_distperf import worker
+from pytest_distperf.rank import worker
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
 ERROR_GRACE_S = 3.0

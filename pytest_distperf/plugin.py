@@ -1,14 +1,12 @@
-"""pytest hooks, options, the ``distperf`` marker, the fixtures and the session object.
+"""pytest hooks, options, the ``distperf`` marker and the fixtures.
 
 Loaded through the ``pytest11`` entry point in every pytest run of the environment, so torch
-is imported only once ``--distperf`` is given.
+is imported only inside functions, once ``--distperf`` is given.  The session object lives in
+:mod:`pytest_distperf.session`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,10 @@ from typing import Any
 import pytest
 
 from pytest_distperf.config import (
+    DEFAULT_BASELINES_DIRNAME,
+    DEFAULT_THRESHOLDS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
-    MARKER_KEYWORDS,
     ConfigError,
     DistperfConfig,
     parse_backend,
@@ -26,11 +25,22 @@ from pytest_distperf.config import (
     parse_fraction,
     parse_gpus,
     parse_timeout,
-    place_ranks,
-    validate_marker_kwargs,
 )
-from pytest_distperf.records import Environment, Metric, TestRecord, to_dict
-from pytest_distperf.thresholds import check_thresholds, resolve_thresholds
+from pytest_distperf.records import (
+    Measurement,
+    Metric,
+    Remeasure,
+    TestRecord,
+    record_from_dict,
+    record_to_dict,
+)
+from pytest_distperf.session import (
+    RECORD_KEY,
+    SESSION_KEY,
+    DistperfSession,
+    TestLimits,
+    marker_settings,
+)
 
 HELP_ENABLE = "enable distributed performance tests (without it they are skipped)"
 HELP_GPUS = ("ranks per process group, the world size (default: visible CUDA devices, "
@@ -50,9 +60,6 @@ HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (defaul
 SKIP_REASON = ("distributed performance test: run with --distperf to enable it "
                "(and --gpus N to choose the world size)")
 FIXTURE_NAMES = ("nccl_group", "ddp_step_timer", "dist_profiler")
-
-SESSION_KEY = pytest.StashKey["DistperfSession"]()
-RECORD_KEY = pytest.StashKey[TestRecord]()
 
 # (flag, ini name, kind, help); kind: "flag" (store_true), "str"
 _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
@@ -79,8 +86,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(flag, action="store", default=None, dest=dest,
                             metavar=flag.split("-")[-1].upper(), help=help_text)
         parser.addini(ini, help_text, type="string", default="")
-    from pytest_distperf.config import DEFAULT_THRESHOLDS
-
     for name, default in DEFAULT_THRESHOLDS.items():
         parser.addini(f"distperf_{name}",
                       f"project-wide {name} threshold (default {default:g}); the baseline "
@@ -102,8 +107,6 @@ def _value(config: pytest.Config, flag: str, ini: str) -> tuple[Any, str]:
 def ini_thresholds(config: pytest.Config) -> dict[str, float]:
     """The thresholds set in the ini file (``distperf_max_imbalance = 0.2``); ConfigError
     naming the key, the value and the file when one is bad."""
-    from pytest_distperf.config import DEFAULT_THRESHOLDS
-
     out: dict[str, float] = {}
     for name in DEFAULT_THRESHOLDS:
         key = f"distperf_{name}"
@@ -138,295 +141,14 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         gpus=values.get("distperf_gpus"),
         backend=values.get("distperf_backend", "auto"),
         save=values.get("distperf_save", False),
-        baselines_dir=values.get("distperf_baselines", Path(config.rootpath, "perf_baselines")),
+        baselines_dir=values.get("distperf_baselines",
+                                 Path(config.rootpath, DEFAULT_BASELINES_DIRNAME)),
         timeout_s=values.get("distperf_timeout", DEFAULT_TIMEOUT_S),
         json_path=values.get("distperf_json"),
         trace_dir=values.get("distperf_trace"),
         strict=values.get("distperf_strict", False),
         tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
     )
-
-
-def _in_torchrun() -> bool:
-    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-
-
-def _xdist_slot() -> tuple[int, int]:
-    """(this xdist worker's index, the number of workers); (0, 1) without xdist."""
-    name = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    if name.startswith("gw") and name[2:].isdigit():
-        return int(name[2:]), max(count, 1)
-    return 0, 1
-
-
-class DistperfSession:
-    """Everything distperf keeps for one pytest process: config, engine, records."""
-
-    def __init__(self, cfg: DistperfConfig, config: pytest.Config) -> None:
-        self.cfg = cfg
-        self.config = config
-        self.records: list[TestRecord] = []
-        #: thresholds from the ini file: above the defaults, below baselines and markers
-        self.ini_thresholds: dict[str, float] = {}
-        self.world_size = cfg.gpus or 2
-        self.backend = "gloo"
-        self.device_type = "cpu"
-        self.mode = "torchrun" if _in_torchrun() else "spawned"
-        self.device_offset = 0
-        self.visible_gpus = 0
-        self._engine: Any = None
-        self.is_reporter = True
-        self.is_xdist_worker = hasattr(config, "workerinput")
-        self._environments: dict[int, Environment] = {}
-        self._baseline_files: dict[Path, Any] = {}
-
-    # -- resolution (imports torch) -------------------------------------------------------
-    def resolve(self) -> None:
-        """Pick world size and backend from the devices present; UsageError when impossible."""
-        import torch
-
-        cfg = self.cfg
-        cuda = torch.cuda.is_available()
-        self.visible_gpus = torch.cuda.device_count() if cuda else 0
-        if self.mode == "torchrun":
-            backend = cfg.backend
-            if backend == "auto":
-                backend = "nccl" if self.visible_gpus > 0 else "gloo"
-            if backend == "nccl" and self.visible_gpus == 0:
-                raise pytest.UsageError(
-                    "--distperf-backend nccl: no CUDA device is visible to this torchrun rank")
-            from pytest_distperf.launcher import TorchrunEngine
-
-            self._engine = TorchrunEngine(backend, cfg.timeout_s)
-            self.world_size = self._engine.world_size
-            self.backend = self._engine.backend
-            self.device_type = self._engine.device_type
-            self.is_reporter = self._engine.rank == 0
-            return
-        import torch.distributed as dist
-
-        index, workers = _xdist_slot()
-        nccl_ok = cuda and dist.is_available() and dist.is_nccl_available()
-        try:
-            placement = place_ranks(cfg.backend, cfg.gpus, self.visible_gpus, nccl_ok,
-                                    index, workers)
-        except ConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        self.world_size = placement.world_size
-        self.backend = placement.backend
-        self.device_type = "cuda" if placement.backend == "nccl" else "cpu"
-        self.device_offset = placement.device_offset
-
-    # -- the engine -----------------------------------------------------------------------
-    @property
-    def engine(self) -> Any:
-        if self._engine is None:
-            from pytest_distperf.launcher import RankPool
-
-            self._engine = RankPool(self.world_size, self.backend,
-                                    device_offset=self.device_offset,
-                                    timeout_s=self.cfg.timeout_s)
-        return self._engine
-
-    def environment(self, world_size: int | None = None) -> Environment:
-        """The environment key of results measured on ``world_size`` ranks."""
-        size = world_size or self.world_size
-        if size not in self._environments:
-            info = self.engine.rank_info()[0]
-            self._environments[size] = Environment(
-                backend=self.backend, device_type=self.device_type,
-                device_model=info["device_model"],
-                device_count=size if self.device_type == "cuda" else 0,
-                world_size=size, torch_version=info["torch_version"],
-                nccl_version=info["nccl_version"],
-            )
-        return self._environments[size]
-
-    def header(self) -> str:
-        import torch
-
-        if self.mode == "torchrun":
-            pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
-        else:
-            from pytest_distperf.launcher import threads_per_rank
-
-            pool = (f"spawned on first use and kept for the session "
-                    f"({threads_per_rank(self.world_size)} CPU threads per rank)")
-        if self.device_type == "cuda":
-            first = self.device_offset
-            device = f"cuda (devices {first}..{first + self.world_size - 1} " \
-                     f"of {self.visible_gpus} visible)"
-        else:
-            device = f"cpu ({os.cpu_count()} cores; {self.visible_gpus} CUDA devices visible)"
-        return (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
-                f"torch {torch.__version__}, pool: {pool}")
-
-    def close(self) -> None:
-        if self._engine is not None:
-            self._engine.close()
-
-    # -- per test -------------------------------------------------------------------------
-    def record_for(self, item: pytest.Item, world_size: int) -> TestRecord:
-        record = item.stash.get(RECORD_KEY, None)
-        if record is None:
-            record = TestRecord(nodeid=item.nodeid, world_size=world_size)
-            item.stash[RECORD_KEY] = record
-            self.records.append(record)
-        return record
-
-    def judge(self, item: pytest.Item, record: TestRecord,
-              noise_window: Any = None) -> str | None:
-        """Check the test's metrics against the thresholds and the stored baselines (or save
-        them with --distperf-save); the failure text, or None when the test passes.
-
-        ``noise_window`` holds the noise probe's figures of the test call
-        (:class:`~pytest_distperf.noise.NoiseFigures`).
-        """
-        from pytest_distperf import baseline
-
-        marker = marker_settings(item)
-        env = self.environment(record.world_size)
-        file, file_error = None, ""
-        if self.is_reporter:
-            try:
-                file = self.baseline_file(item.nodeid)
-            except baseline.BaselineError as exc:
-                file_error = str(exc)
-        env_layer = file.thresholds(baseline.environment_id(env)) if file is not None else {}
-        limits = resolve_thresholds(self.ini_thresholds, env_layer, marker)
-        breaches = check_thresholds(record.metrics, limits)
-        record.breaches = [b.describe() for b in breaches]
-        lines = []
-        if breaches:
-            lines = [f"distperf: {len(breaches)} threshold breach(es) in {item.nodeid}:"]
-            lines += [f"  {b.describe()}" for b in breaches]
-        tolerance = float(marker.get("tolerance", env_layer.get("tolerance", self.cfg.tolerance)))
-        lines += self._baseline_verdicts(item, record, file, file_error, tolerance, noise_window)
-        return "\n".join(lines) if lines else None
-
-    # -- baselines ------------------------------------------------------------------------
-    @property
-    def baselines_root(self) -> Path:
-        return self.cfg.baselines_dir or Path(self.config.rootpath, "perf_baselines")
-
-    def baseline_file(self, nodeid: str) -> Any:
-        """The parsed baseline file of ``nodeid``'s module (None when there is none yet);
-        BaselineError when it cannot be read.  Read once per session."""
-        from pytest_distperf import baseline
-
-        path = baseline.baseline_path(self.baselines_root, nodeid)
-        if path not in self._baseline_files:
-            self._baseline_files[path] = baseline.load(path)
-        return self._baseline_files[path]
-
-    def _measured_pids(self) -> list[int]:
-        """The processes a measurement runs in (the ranks), for the noise probe."""
-        if self.mode == "torchrun":
-            return [os.getpid()]
-        engine = self._engine
-        if engine is None or not getattr(engine, "alive", False):
-            return []
-        return list(engine.pids())
-
-    def noise_snapshot(self) -> Any:
-        from pytest_distperf import noise
-
-        return noise.snapshot(self._measured_pids())
-
-    def noise_since(self, start: Any) -> Any:
-        from pytest_distperf import noise
-
-        return noise.between(start, noise.snapshot(self._measured_pids()))
-
-    def _agree(self, labels: list[str]) -> list[str]:
-        """Under torchrun every rank must re-measure together: rank 0's choice wins."""
-        if self.mode != "torchrun":
-            return labels
-        return list(self.engine.execute(_echo, (labels,), {}, self.engine.world_size,
-                                        "distperf: agreeing on re-measurements")[0])
-
-    def _baseline_verdicts(self, item: pytest.Item, record: TestRecord, file: Any,
-                           file_error: str, tolerance: float, noise_window: Any) -> list[str]:
-        """Compare with (or save as) the baselines; the failure lines (none: it passes).
-
-        Every metric of a test is keyed by the test's environment (its group size), also
-        those measured on a subgroup, such as a scaling sweep's ``.w1`` points: the sweep
-        depends on the size of the run.
-        """
-        from pytest_distperf import baseline, report
-
-        env = self.environment(record.world_size)
-        module, test = baseline.split_nodeid(item.nodeid)
-        judgement = None
-        if self.is_reporter and not file_error:
-            judgement = baseline.Judgement(
-                metrics=record.metrics, labels=record.metric_labels,
-                environments={m.name: env for m in record.metrics},
-                first_noise=noise_window, tolerance=tolerance, save=self.cfg.save,
-                baseline=file, test=test, remeasurable=list(record.remeasure))
-        for _ in range(baseline.MAX_ROUNDS):
-            labels = self._agree(judgement.wanted() if judgement is not None else [])
-            if not labels:
-                break
-            if judgement is not None:
-                time.sleep(judgement.backoff())
-            for label in labels:
-                start = self.noise_snapshot()
-                fresh = list(record.remeasure[label]())
-                figures = self.noise_since(start)
-                if judgement is not None:
-                    judgement.add_window(label, fresh, figures)
-        if file_error:
-            return [file_error]
-        if judgement is None:
-            return []
-        path = baseline.baseline_path(self.baselines_root, item.nodeid)
-        if self.cfg.save:
-            try:
-                baseline.save_test(path, module, test, judgement.save_entries())
-            except baseline.BaselineError as exc:
-                return [str(exc)]
-            except OSError as exc:
-                return [f"distperf: cannot write the baseline file {path}: {exc}"]
-            self._baseline_files.pop(path, None)
-        record.verdicts = judgement.verdicts()
-        failing = {baseline.REGRESSED} | ({baseline.INCONCLUSIVE} if self.cfg.strict else set())
-        bad = [v for v in record.verdicts if v.verdict in failing]
-        shown = report.verdict_report(record.verdicts, item.nodeid, path)
-        if shown and not bad:  # a failure shows its own table
-            item.add_report_section("call", "distperf", "\n".join(shown))
-        inconclusive = [v for v in record.verdicts if v.verdict == baseline.INCONCLUSIVE]
-        if inconclusive and not self.cfg.strict:
-            item.warn(pytest.PytestWarning(
-                "distperf: inconclusive (too noisy to tell, not a failure without "
-                "--distperf-strict): " + "; ".join(f"{v.metric}: {v.detail}"
-                                                    for v in inconclusive)))
-        if not bad:
-            return []
-        kinds = " and ".join(sorted({v.verdict for v in bad}, reverse=True))
-        return [f"distperf: {kinds} in {item.nodeid} (tolerance {tolerance:.0%}):",
-                *report.verdict_table(bad), f"  baselines: {path}"]
-
-
-def marker_settings(item: pytest.Item) -> dict[str, float | int]:
-    """The validated keywords of the test's ``distperf`` markers (ConfigError when bad).
-
-    Markers merge: a module's ``pytestmark`` sets limits for every test in it, and a test's
-    own marker overrides them keyword by keyword.
-    """
-    merged: dict[str, object] = {}
-    for marker in reversed(list(item.iter_markers("distperf"))):  # farthest first
-        if marker.args:
-            raise ConfigError(
-                f"@pytest.mark.distperf on {item.nodeid}: takes keywords only "
-                f"({', '.join(MARKER_KEYWORDS)}), got positional {marker.args!r}")
-        merged.update(marker.kwargs)
-    return validate_marker_kwargs(merged, item.nodeid)
-
-
-def _echo(value: Any) -> Any:
-    return value
 
 
 def get_session(config: pytest.Config) -> DistperfSession:
@@ -446,8 +168,7 @@ def pytest_configure(config: pytest.Config) -> None:
         thresholds = ini_thresholds(config)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    session = DistperfSession(cfg, config)
-    session.ini_thresholds = thresholds
+    session = DistperfSession(cfg, config, thresholds)
     config.stash[SESSION_KEY] = session
     if cfg.enabled:
         session.resolve()
@@ -493,7 +214,8 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     result = yield
     record = item.stash.get(RECORD_KEY, None)
     if session is not None and record is not None and record.metrics:
-        failure = session.judge(item, record, session.noise_since(start))
+        figures = session.noise_since(start) if start is not None else None
+        failure = session.judge(item, record, figures)
         if failure:
             pytest.fail(failure, pytrace=False)
     return result
@@ -536,7 +258,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     dp = session.config.stash.get(SESSION_KEY, None)
     if dp is not None and dp.is_xdist_worker:
         session.config.workeroutput["distperf_records"] = [  # type: ignore[attr-defined]
-            to_dict(r) for r in dp.records]
+            record_to_dict(r) for r in dp.records]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -556,10 +278,8 @@ def _records_from_xdist_workers(config: pytest.Config) -> list[TestRecord]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    from pytest_distperf.records import from_dict
-
     output = getattr(node, "workeroutput", {}) or {}
-    records = [from_dict(TestRecord, r) for r in output.get("distperf_records", [])]
+    records = [record_from_dict(r) for r in output.get("distperf_records", [])]
     config = node.config
     config.stash[_XDIST_RECORDS] = config.stash.get(_XDIST_RECORDS, []) + records
 
@@ -579,8 +299,8 @@ def ddp_step_timer(request: pytest.FixtureRequest) -> Any:
     ``ddp_step_timer.scaling(model_fn, batch_fn, world_sizes=(1, 2, 4), mode="weak")``."""
     from pytest_distperf.steptimer import DDPStepTimer
 
-    group = make_group(request)
-    return DDPStepTimer(group, limits_for(request.node))
+    group, limits = make_group(request)
+    return DDPStepTimer(group, limits.thresholds)
 
 
 @pytest.fixture
@@ -591,21 +311,15 @@ def dist_profiler(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     from pytest_distperf.profiler import DistProfiler
 
     session = get_session(request.config)
-    group = make_group(request)
+    group, limits = make_group(request)
     return DistProfiler(group, trace_dir=session.cfg.trace_dir or tmp_path,
-                        nodeid=request.node.nodeid,
-                        limits=limits_for(request.node),
+                        nodeid=request.node.nodeid, limits=limits.thresholds,
                         write=session.is_reporter)
 
 
-def limits_for(item: pytest.Item) -> dict[str, float]:
-    """The thresholds a fixture's analysis uses: defaults, the ini file, the test's marker
-    (the verdict also applies the baseline file's table for the environment)."""
-    return resolve_thresholds(get_session(item.config).ini_thresholds, marker_settings(item))
-
-
-def make_group(request: pytest.FixtureRequest) -> Any:
-    """The test's :class:`~pytest_distperf.group.DistGroup`, recording into its record."""
+def make_group(request: pytest.FixtureRequest) -> tuple[Any, TestLimits]:
+    """The test's :class:`~pytest_distperf.group.DistGroup`, recording into its record, and
+    the test's limits (resolved here, once, for the fixtures' analyses and the verdict)."""
     from pytest_distperf.group import DistGroup
 
     session = get_session(request.config)
@@ -620,18 +334,14 @@ def make_group(request: pytest.FixtureRequest) -> Any:
             f"ranks of this run; run with --gpus {size} or more", pytrace=False)
 
     def recorder(label: str, metrics: Sequence[Metric], result: Any,
-                 remeasure: Any = None) -> None:
-        record = session.record_for(item, size)
-        record.metrics.extend(metrics)
-        record.metric_labels.update((m.name, label) for m in metrics)
-        if remeasure is not None:
-            record.remeasure[label] = remeasure
-        if result is not None:
-            data = to_dict(result) if dataclasses.is_dataclass(result) else result
-            record.results.append({"label": label, "result": data})
+                 remeasure: Remeasure | None = None) -> None:
+        session.add_measurement(item, size, Measurement(label, tuple(metrics), result,
+                                                        remeasure))
 
     # Start the pool now, before the test body: the noise probe of the test call needs the
     # ranks' pids at its start, and a pool spawning inside a measured window is noise itself.
     session.engine.rank_info()
-    return DistGroup(session.engine, size, recorder=recorder,
-                     module=getattr(request, "module", None))
+    limits = session.limits_for(item, size)
+    group = DistGroup(session.engine, size, recorder=recorder,
+                      module=getattr(request, "module", None))
+    return group, limits

@@ -1,28 +1,25 @@
-"""``dist_profiler``: run a function on every rank under ``torch.profiler``, merge the ranks'
+"""``dist_profiler``, the controller half: profile a function on every rank, merge the ranks'
 traces into one Chrome/Perfetto trace and analyse it.
 
-Two halves: :func:`profile_on_rank` runs inside each rank (torch, imported there) and sends its
-trace back as compressed JSON; :class:`DistProfiler` is the fixture's object in the
-controller, which merges the traces (:func:`~pytest_distperf.traces.merge_traces`), writes
-the one file and analyses it (:func:`~pytest_distperf.traces.analyse`).  Importing this
-module does not import torch.
+The ranks run :func:`~pytest_distperf.rank.profile.profile_on_rank` and send their traces
+back as compressed JSON; :class:`DistProfiler` merges them
+(:func:`~pytest_distperf.traces.merge_traces`), writes the one file and analyses them
+(:func:`~pytest_distperf.traces.analyse`).  Importing this module does not import torch.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
-import tempfile
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_distperf.config import require_int
+from pytest_distperf.files import write_atomically
 from pytest_distperf.records import Metric, ProfileReport
 from pytest_distperf.traces import (
-    REGION_NAME,
     DesyncError,
     analyse,
     load_trace,
@@ -36,49 +33,6 @@ if TYPE_CHECKING:
 #: Untimed calls of ``fn`` before the profiled one: first calls pay for connection set-up,
 #: allocator growth and lazy initialisation, which is not what a profile should show.
 DEFAULT_WARMUP = 1
-
-
-def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                    warmup: int, record_shapes: bool, with_stack: bool,
-                    profile_memory: bool) -> tuple[bytes, Any]:
-    """What every rank runs: ``warmup`` plain calls, a barrier, one call under the profiler.
-
-    The profiled call is wrapped in a ``distperf:profiled_call`` annotation (the region the
-    analysis measures); on CUDA the device is synchronised inside it so that the region covers
-    the kernels the call launched.  Returns (zlib-compressed Chrome trace JSON, ``fn``'s
-    result).
-    """
-    import torch
-    import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    from pytest_distperf.worker import set_phase
-
-    on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
-    for i in range(warmup):
-        set_phase(f"dist_profiler: warm-up call {i + 1}/{warmup}")
-        fn(*args, **kwargs)
-    if on_cuda:
-        torch.cuda.synchronize()
-    set_phase("dist_profiler: barrier before the profiled call")
-    dist.barrier()
-    activities = [ProfilerActivity.CPU]
-    if on_cuda:
-        activities.append(ProfilerActivity.CUDA)
-    set_phase("dist_profiler: profiled call")
-    with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
-                  profile_memory=profile_memory) as prof,
-          record_function(REGION_NAME)):
-        result = fn(*args, **kwargs)
-        if on_cuda:
-            torch.cuda.synchronize()
-    set_phase("dist_profiler: exporting the trace")
-    with tempfile.TemporaryDirectory(prefix="distperf-trace-") as tmp:
-        path = os.path.join(tmp, f"rank{dist.get_rank()}.json")
-        prof.export_chrome_trace(path)
-        with open(path, "rb") as f:
-            data = f.read()
-    return zlib.compress(data, 1), result
 
 
 class DistProfiler:
@@ -125,8 +79,7 @@ class DistProfiler:
         __tracebackhide__ = True
         if not callable(fn):
             raise TypeError(f"dist_profiler() needs a callable, got {fn!r}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"dist_profiler.warmup must be an int >= 0, got {self.warmup!r}")
+        require_int(self.warmup, "dist_profiler.warmup", 0)
         size = self._group.world_size if world_size is None else int(world_size)
         if size < 1:
             raise ValueError(f"dist_profiler(): world_size must be at least 1, got {world_size}")
@@ -154,6 +107,8 @@ class DistProfiler:
     def _profile(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                  size: int, label: str, path: Path | None) -> ProfileReport:
         __tracebackhide__ = True
+        from pytest_distperf.rank.profile import profile_on_rank
+
         replies = self._group.call(
             profile_on_rank,
             (fn, args, kwargs, self.warmup, self.record_shapes, self.with_stack,
@@ -170,14 +125,6 @@ class DistProfiler:
 
 
 def write_trace(path: Path, trace: Mapping[str, Any]) -> None:
-    """Write a trace atomically (a temp file renamed into place), creating the folder."""
+    """Write a merged trace atomically, creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(trace, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, json.dumps(trace, separators=(",", ":")))

@@ -1,14 +1,20 @@
 """Frozen dataclasses of plain values: what crosses a process boundary or is stored.
 
-No torch, no pytest.  ``to_dict``/``from_dict`` give every record a JSON round-trip.
+The shared types of both sides: the specs the controller sends to the ranks, the replies
+and results they send back, the metrics and verdicts of a test, and the constants both
+sides must agree on.  No torch, no pytest.  ``to_dict``/``from_dict`` give every record a
+JSON round-trip; :func:`record_to_dict`/:func:`record_from_dict` do it for a whole test,
+results included (for the JSON report and pytest-xdist).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
+
+from pytest_distperf.quantiles import median_or_nan, quantile_or_nan
 
 T = TypeVar("T")
 
@@ -90,7 +96,7 @@ class Metric:
 
     ``name`` is stable across runs (``all_reduce.16MiB.busbw_gbps``, ``step_time_s``);
     ``samples`` are the per-iteration values behind ``value`` (the estimator's input);
-    ``threshold`` names the CONTRACT.md threshold that applies (``max_comm_overhead``,
+    ``threshold`` names the threshold that applies (``max_comm_overhead``,
     ``max_imbalance``, ``min_scaling_efficiency``) or is empty; ``ranks`` are the ranks a
     breach concerns (stragglers); ``hint`` is what to do about a breach; ``control``, for a
     time measured on CPU ranks, holds per sample the time of the host-speed control run right
@@ -115,9 +121,22 @@ class Metric:
         return self.unit == "fraction"
 
 
+#: What a metric's comparison with its baseline can come to (:class:`Verdict`).
+REGRESSED = "regressed"
+IMPROVED = "improved"
+UNCHANGED = "unchanged"
+INCONCLUSIVE = "inconclusive"
+NO_BASELINE = "no baseline"
+NOT_COMPARABLE = "not comparable"
+SAVED = "saved"
+#: The order verdicts are listed in (the summary shows regressions first).
+VERDICT_ORDER = (REGRESSED, INCONCLUSIVE, IMPROVED, NOT_COMPARABLE, NO_BASELINE, UNCHANGED,
+                 SAVED)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
-    """How one metric compared with its baseline (see :mod:`pytest_distperf.baseline`).
+    """How one metric compared with its baseline (see :mod:`pytest_distperf.verdict`).
 
     ``verdict``: regressed, improved, unchanged, inconclusive, no baseline, not comparable,
     or saved (with ``--distperf-save``).  ``change`` is relative, (current - baseline) /
@@ -149,6 +168,23 @@ class Verdict:
     control_slope: float | None = None
 
 
+#: Repeats a measurement on the same ranks and returns fresh metrics of the same names.
+Remeasure = Callable[[], Sequence[Metric]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measurement a fixture made in a test: its metrics, the typed result they came
+    from (a :class:`CollectiveResult`, :class:`StepTiming`, ...; None for bare metrics) and
+    how to repeat it (None: it cannot be), which the verdict uses to confirm a change."""
+
+    label: str
+    metrics: tuple[Metric, ...]
+    result: Any = None
+    remeasure: Remeasure | None = dataclasses.field(
+        default=None, repr=False, compare=False, metadata={"transient": True})
+
+
 @dataclasses.dataclass(slots=True)
 class TestRecord:
     """What one test measured and how it was judged (filled in while the test runs)."""
@@ -157,25 +193,14 @@ class TestRecord:
 
     nodeid: str
     world_size: int
-    metrics: list[Metric] = dataclasses.field(default_factory=list)
-    results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    measurements: list[Measurement] = dataclasses.field(default_factory=list)
     breaches: list[str] = dataclasses.field(default_factory=list)
     verdicts: list[Verdict] = dataclasses.field(default_factory=list)
-    #: label -> callable repeating that measurement (not stored, not sent between processes)
-    remeasure: dict[str, Any] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False, metadata={"transient": True})
-    #: metric name -> the label of the measurement it came from (for re-measuring it)
-    metric_labels: dict[str, str] = dataclasses.field(
-        default_factory=dict, repr=False, compare=False, metadata={"transient": True})
 
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
-        return float("nan")
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    @property
+    def metrics(self) -> list[Metric]:
+        """Every metric of every measurement, in the order they were recorded."""
+        return [m for measurement in self.measurements for m in measurement.metrics]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -202,22 +227,58 @@ class MeasureResult:
     @property
     def time_s(self) -> float:
         """Median over iterations of the slowest rank's time."""
-        return _median(self.samples)
+        return median_or_nan(self.samples)
 
     def metrics(self) -> list[Metric]:
         return [Metric(f"{self.name}.time_s", self.time_s, "s", False, self.samples,
                        control=self.control)]
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default), without numpy."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    pos = (len(ordered) - 1) * q
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+def _band(samples: Sequence[float], center: float) -> float:
+    """(p90 - p10) / ``center``; 0.0 when there is nothing to spread."""
+    if not samples or not center > 0:
+        return 0.0
+    return (quantile_or_nan(samples, 0.9) - quantile_or_nan(samples, 0.1)) / center
+
+
+# -- nccl_group.bench / bench_pairs -----------------------------------------------------------
+#: Ops whose buffer is split into one chunk per rank: S must hold a whole number of chunks.
+CHUNKED_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
+#: The root rank of the rooted ops (broadcast, reduce).
+ROOT = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchSpec:
+    """What every rank is asked to measure (sent to the ranks by ``bench``)."""
+
+    op: str
+    labels: tuple[str, ...]  # the sizes as asked for, as written in metric names
+    counts: tuple[int, ...]  # elements in S for each size (S: see CollectiveRow)
+    dtype: str  # torch dtype name, e.g. "float32"
+    element_size: int
+    warmup: int
+    iters: int
+    world_size: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SizeOutcome:
+    """One rank's reply for one size of ``bench``: seconds per timed iteration, and the
+    correctness check (wrong elements, where the first one was)."""
+
+    samples: tuple[float, ...]
+    wrong: int
+    first_wrong: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PairOutcome:
+    """One rank's reply to ``bench_pairs``: the round trips it timed as a sender, and the
+    wrong elements it counted as a receiver, per (src, dst) pair."""
+
+    sent: dict[tuple[int, int], tuple[float, ...]]
+    received: dict[tuple[int, int], int]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -244,9 +305,7 @@ class CollectiveRow:
     @property
     def spread(self) -> float:
         """(p90 - p10) / median of the per-iteration samples: 0.1 means a 10% band."""
-        if not self.samples_us or not self.time_us > 0:
-            return 0.0
-        return (_quantile(self.samples_us, 0.9) - _quantile(self.samples_us, 0.1)) / self.time_us
+        return _band(self.samples_us, self.time_us)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -305,9 +364,7 @@ class PairRow:
     @property
     def spread(self) -> float:
         """(p90 - p10) / median of the round trips."""
-        if not self.samples_us or not self.time_us > 0:
-            return 0.0
-        return (_quantile(self.samples_us, 0.9) - _quantile(self.samples_us, 0.1)) / self.time_us
+        return _band(self.samples_us, self.time_us)
 
 
 #: A pair is slow below this fraction of a typical (75th-percentile) pair's bandwidth.
@@ -344,7 +401,7 @@ class PairMatrix:
     @property
     def typical_gbps(self) -> float:
         """The 75th percentile of the pairs' bandwidths: what a healthy pair reaches."""
-        return _quantile([p.busbw_gbps for p in self.pairs], 0.75)
+        return quantile_or_nan([p.busbw_gbps for p in self.pairs], 0.75)
 
     def slow_pairs(self, ratio: float = SLOW_PAIR_RATIO) -> list[PairRow]:
         """Pairs below ``ratio`` x the typical pair, slowest first."""
@@ -378,7 +435,7 @@ class PairMatrix:
                        tuple(per_iter), world_size=self.world_size)]
 
 
-# -- ddp_step_timer: training-step timing, scaling, bottlenecks (issue 4) -------------------
+# -- ddp_step_timer: training-step timing, scaling, bottlenecks ------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
 class CommCall:
     """One communication call seen on one rank, e.g. the all-reduce of one DDP gradient bucket.
@@ -588,6 +645,11 @@ class ScalingResult:
 
 
 # -- dist_profiler: merged multi-rank traces and what they show ------------------------------
+#: Name of the annotation the rank puts around the profiled call (the region the trace
+#: analysis measures).
+PROFILED_REGION = "distperf:profiled_call"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RankProfile:
     """One rank's figures in a :class:`ProfileReport`, over the profiled call (seconds).
@@ -676,3 +738,46 @@ class ProfileReport:
             out.append(Metric(f"{prefix}.overlap", self.overlap, "fraction", True,
                               hint=hints.get("low_overlap", ""), world_size=world_size))
         return out
+
+
+# -- a whole test, for the JSON report and pytest-xdist ----------------------------------------
+#: The result types a measurement may carry, by name (how a result dict is typed again).
+RESULT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    MeasureResult, CollectiveResult, PairMatrix, StepTiming, ScalingResult, ProfileReport)}
+
+
+def record_to_dict(record: TestRecord) -> dict[str, Any]:
+    """A test's record as JSON-ready data: ``metrics`` (all of them, in order), ``results``
+    (per measurement: ``label``, ``kind`` of result, how many of the metrics are its own, and
+    the ``result``), ``breaches`` and ``verdicts``."""
+    return {
+        "nodeid": record.nodeid,
+        "world_size": record.world_size,
+        "metrics": [to_dict(m) for m in record.metrics],
+        "results": [{"label": m.label,
+                     "kind": type(m.result).__name__ if m.result is not None else "",
+                     "metrics": len(m.metrics),
+                     "result": to_dict(m.result)} for m in record.measurements],
+        "breaches": list(record.breaches),
+        "verdicts": [to_dict(v) for v in record.verdicts],
+    }
+
+
+def record_from_dict(data: dict[str, Any]) -> TestRecord:
+    """The :class:`TestRecord` of :func:`record_to_dict`'s data, results typed again (a result
+    of an unknown kind stays plain data; re-measurements do not travel)."""
+    metrics = [from_dict(Metric, m) for m in data.get("metrics", [])]
+    measurements = []
+    start = 0
+    for entry in data.get("results", []):
+        count = int(entry.get("metrics", 0))
+        kind = RESULT_TYPES.get(str(entry.get("kind", "")))
+        result = entry.get("result")
+        if kind is not None and isinstance(result, dict):
+            result = from_dict(kind, result)
+        measurements.append(Measurement(str(entry.get("label", "")),
+                                        tuple(metrics[start:start + count]), result))
+        start += count
+    return TestRecord(str(data["nodeid"]), int(data["world_size"]), measurements,
+                      [str(b) for b in data.get("breaches", [])],
+                      [from_dict(Verdict, v) for v in data.get("verdicts", [])])

@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_distperf.files import write_atomically
 from pytest_distperf.records import (
     SLOW_PAIR_RATIO,
+    VERDICT_ORDER,
     CollectiveResult,
     PairMatrix,
     TestRecord,
     Verdict,
-    from_dict,
-    to_dict,
+    record_to_dict,
 )
 
 JSON_SCHEMA_VERSION = 1
@@ -42,17 +41,10 @@ def summary_lines(records: Sequence[TestRecord]) -> list[str]:
 def finding_lines(record: TestRecord) -> list[str]:
     """The analyzer's findings (``bottlenecks``) of the test's results, one line each."""
     lines: list[str] = []
-    for entry in record.results:
-        result = entry.get("result") if isinstance(entry, dict) else None
-        if not isinstance(result, dict):
-            continue
-        for b in result.get("bottlenecks") or ():
-            if not isinstance(b, dict):
-                continue
-            ranks = b.get("ranks") or ()
-            where = f", ranks {', '.join(map(str, ranks))}" if ranks else ""
-            lines.append(f"    finding: {b.get('kind')} ({b.get('severity')}{where}): "
-                         f"{b.get('description')}")
+    for measurement in record.measurements:
+        for b in getattr(measurement.result, "bottlenecks", ()):
+            where = f", ranks {', '.join(map(str, b.ranks))}" if b.ranks else ""
+            lines.append(f"    finding: {b.kind} ({b.severity}{where}): {b.description}")
     return lines
 
 
@@ -61,7 +53,7 @@ def write_json(path: Path, records: Sequence[TestRecord], *, header: str) -> Non
     data = {
         "schema_version": JSON_SCHEMA_VERSION,
         "header": header,
-        "tests": [to_dict(r) for r in records],
+        "tests": [record_to_dict(r) for r in records],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -147,27 +139,12 @@ def pair_matrix_lines(result: PairMatrix) -> list[str]:
 NOISY_PAIR_SPREAD = 0.25
 
 
-def _as_collective(data: Any) -> CollectiveResult | PairMatrix | None:
-    """Rebuild a bench result from a record's stored result (a to_dict() dict), if it is one."""
-    if isinstance(data, (CollectiveResult, PairMatrix)):
-        return data
-    if not isinstance(data, dict):
-        return None
-    try:
-        if {"op", "rows", "bus_factor"} <= data.keys():
-            return from_dict(CollectiveResult, data)
-        if {"pairs", "size_bytes", "label"} <= data.keys():
-            return from_dict(PairMatrix, data)
-    except (KeyError, TypeError, ValueError):
-        return None
-    return None
-
-
 def collective_lines(records: Sequence[TestRecord]) -> list[str]:
     """The tables of every ``bench``/``bench_pairs`` result, test by test."""
     lines: list[str] = []
     for record in records:
-        results = [r for r in (_as_collective(e.get("result")) for e in record.results) if r]
+        results = [m.result for m in record.measurements
+                   if isinstance(m.result, (CollectiveResult, PairMatrix))]
         if not results:
             continue
         lines.append(f"{record.nodeid}")
@@ -183,9 +160,6 @@ def collective_lines(records: Sequence[TestRecord]) -> list[str]:
 
 
 # -- baseline verdicts -----------------------------------------------------------------------
-#: The order verdicts are listed in: regressions first (baseline.VERDICT_ORDER).
-_VERDICT_ORDER = ("regressed", "inconclusive", "improved", "not comparable", "no baseline",
-                  "unchanged", "saved")
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -249,8 +223,8 @@ def verdict_report(verdicts: Sequence[Verdict], nodeid: str, path: Path) -> list
     """What a test shows in its output about its baseline verdicts."""
     if not verdicts:
         return []
-    ordered = sorted(verdicts, key=lambda v: _VERDICT_ORDER.index(v.verdict)
-                     if v.verdict in _VERDICT_ORDER else len(_VERDICT_ORDER))
+    ordered = sorted(verdicts, key=lambda v: VERDICT_ORDER.index(v.verdict)
+                     if v.verdict in VERDICT_ORDER else len(VERDICT_ORDER))
     return [f"distperf verdicts for {nodeid} (baselines: {path}):", *verdict_table(ordered)]
 
 
@@ -259,10 +233,10 @@ def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
     verdicts = [(r.nodeid, v) for r in records for v in r.verdicts]
     if not verdicts:
         return []
-    counts = {k: sum(1 for _, v in verdicts if v.verdict == k) for k in _VERDICT_ORDER}
+    counts = {k: sum(1 for _, v in verdicts if v.verdict == k) for k in VERDICT_ORDER}
     lines = ["distperf verdicts (per metric): " + ", ".join(
         f"{n} {k}" for k, n in counts.items() if n)]
-    for kind in _VERDICT_ORDER:
+    for kind in VERDICT_ORDER:
         if kind == "unchanged":
             continue
         if kind == "no baseline":  # one line per test: they all say the same

@@ -1,7 +1,7 @@
 """The ``ddp_step_timer`` fixture's object: time training steps, and scaling curves.
 
 Controller side, no torch at import: the measuring runs on the ranks
-(:func:`pytest_distperf.ddp.time_steps`), the figures come from the pure
+(:func:`pytest_distperf.rank.ddp.time_steps`), the figures come from the pure
 :mod:`pytest_distperf.analyzer`, and every result is recorded under the test with the
 metrics its verdict judges:
 
@@ -23,10 +23,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_distperf import analyzer
-from pytest_distperf.config import DEFAULT_THRESHOLDS
-from pytest_distperf.ddp import WRAPPERS, StepSpec
+from pytest_distperf.config import is_int, require_int
+from pytest_distperf.findings import hint, scaling_cause
 from pytest_distperf.group import DistGroup
+from pytest_distperf.rank.ddp import WRAPPERS, StepSpec
 from pytest_distperf.records import Metric, ScalingResult, StepTiming
+from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 SCALING_MODES = ("weak", "strong")
 
@@ -47,7 +49,7 @@ class DDPStepTimer:
 
     def __init__(self, group: DistGroup, limits: Mapping[str, float] | None = None) -> None:
         self._group = group
-        self._limits = {**DEFAULT_THRESHOLDS, **(limits or {})}
+        self._limits = resolve_thresholds(limits)
 
     @property
     def world_size(self) -> int:
@@ -127,7 +129,7 @@ class DDPStepTimer:
 
     # -- helpers ----------------------------------------------------------------------------
     def _measure(self, spec: StepSpec, size: int, label: str) -> StepTiming:
-        from pytest_distperf.ddp import time_steps
+        from pytest_distperf.rank.ddp import time_steps
 
         per_rank = self._group.call(time_steps, (spec,), {}, label, world_size=size)
         return analyzer.analyze_steps(per_rank, wrapper=spec.wrapper, limits=self._limits)
@@ -139,7 +141,7 @@ class DDPStepTimer:
                 f"ddp_step_timer: {what} asks for {', '.join(map(str, too_big))} ranks but only "
                 f"{self.available} are available (--gpus {self.available}); ask for at most "
                 f"{self.available} or run with --gpus {max(too_big)}")
-        bad = [n for n in sizes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+        bad = [n for n in sizes if not is_int(n) or n < 1]
         if bad:
             raise ValueError(f"ddp_step_timer: {what} must be whole numbers >= 1, got {bad!r}")
 
@@ -154,7 +156,7 @@ def _world_sizes(world_sizes: Iterable[int]) -> list[int]:
     sizes = list(world_sizes)
     if not sizes:
         raise ValueError("ddp_step_timer.scaling: world_sizes is empty")
-    bad = [n for n in sizes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+    bad = [n for n in sizes if not is_int(n) or n < 1]
     if bad:
         raise ValueError(f"ddp_step_timer.scaling: world_sizes must be whole numbers >= 1, "
                          f"got {bad!r}")
@@ -173,10 +175,8 @@ def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, w
     if wrapper not in WRAPPERS:
         raise ValueError(f"ddp_step_timer: wrapper must be one of {', '.join(WRAPPERS)}, "
                          f"got {wrapper!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"ddp_step_timer: steps must be an int >= 1, got {steps!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"ddp_step_timer: warmup must be an int >= 0, got {warmup!r}")
+    require_int(steps, "ddp_step_timer: steps", 1)
+    require_int(warmup, "ddp_step_timer: warmup", 0)
     return StepSpec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
                     dict(wrapper_kwargs or {}), comm_timing=comm_timing)
 
@@ -192,12 +192,17 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
                samples.get("throughput", ()), world_size=w),
         Metric(f"{prefix}comm_overhead", timing.comm_overhead, "fraction", False,
                samples.get("comm_overhead", ()), threshold="max_comm_overhead",
-               hint=analyzer.hint(timing, "communication"), world_size=w),
+               hint=_hint(timing, "communication"), world_size=w),
         Metric(f"{prefix}imbalance", timing.imbalance, "fraction", False,
                samples.get("imbalance", ()), threshold="max_imbalance",
-               ranks=_imbalance_ranks(timing), hint=analyzer.hint(timing, "imbalance"),
+               ranks=_imbalance_ranks(timing), hint=_hint(timing, "imbalance"),
                world_size=w),
     ]
+
+
+def _hint(timing: StepTiming, kind: str) -> str:
+    return hint(timing.bottlenecks, kind, stragglers=timing.stragglers,
+                shares=timing.batch_shares)
 
 
 def _imbalance_ranks(timing: StepTiming) -> tuple[int, ...]:
@@ -213,7 +218,7 @@ def scaling_metrics(result: ScalingResult, prefix: str = "",
                     limits: Mapping[str, float] | None = None) -> list[Metric]:
     """``scaling_throughput.w<N>`` per world size, ``scaling_efficiency.w<N>`` above the
     smallest one."""
-    lim = {**DEFAULT_THRESHOLDS, **(limits or {})}
+    lim = resolve_thresholds(limits)
     out: list[Metric] = []
     if not result.points:
         return out
@@ -226,7 +231,7 @@ def scaling_metrics(result: ScalingResult, prefix: str = "",
                           world_size=p.world_size))
         if p is base:
             continue
-        cause, suggestion = analyzer.scaling_cause(p, base, result.mode, lim)
+        cause, suggestion = scaling_cause(p, base, result.mode, lim)
         out.append(Metric(f"{prefix}scaling_efficiency.w{p.world_size}", p.efficiency,
                           "fraction", True, p.samples, threshold="min_scaling_efficiency",
                           hint=f"{cause}: {suggestion}", world_size=p.world_size))

@@ -10,19 +10,17 @@ import math
 
 import pytest
 
-from pytest_distperf import analyzer
+from pytest_distperf import analyzer, findings
 from pytest_distperf.analyzer import (
-    MIN_BATCH_SHARE,
     analyze_steps,
     batch_shares,
     communication_summary,
-    interval_union,
     load_balance,
     phase_stats,
-    recommendations,
     scaling_result,
-    severity,
 )
+from pytest_distperf.findings import MIN_BATCH_SHARE, recommendations, severity
+from pytest_distperf.intervals import union_length as interval_union
 from pytest_distperf.records import (
     Bottleneck,
     CommCall,
@@ -33,7 +31,7 @@ from pytest_distperf.records import (
     to_dict,
 )
 from pytest_distperf.steptimer import scaling_metrics, step_metrics
-from pytest_distperf.thresholds import check_thresholds, resolve_thresholds
+from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
 
 N_STEPS = 10
 JITTER = (1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.03, 0.97, 1.0, 1.01)
@@ -367,8 +365,9 @@ def test_recommendations_dedupe_and_order_by_severity() -> None:
 
 def test_hints_fall_back_to_generic_suggestions() -> None:
     t = analyze_steps([rank_step(0, 0.05, 0.05), rank_step(1, 0.05, 0.05)])
-    assert analyzer.hint(t, "communication") == analyzer.GENERIC_SUGGESTIONS["communication"]
-    assert analyzer.hint(t, "imbalance") == analyzer.GENERIC_SUGGESTIONS["imbalance"]
+    assert findings.hint(t.bottlenecks, "communication") == \
+        findings.GENERIC_SUGGESTIONS["communication"]
+    assert findings.hint(t.bottlenecks, "imbalance") == findings.GENERIC_SUGGESTIONS["imbalance"]
 
 
 # -- scaling -------------------------------------------------------------------------------

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import multiprocessing
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomli_w
 
-from pytest_distperf import baseline as bl
 from pytest_distperf import report
-from pytest_distperf.noise import STEAL_LIMIT, WAIT_LIMIT, NoiseFigures, Snapshot, between
-from pytest_distperf.records import Environment, Metric, TestRecord, Verdict, from_dict, to_dict
+from pytest_distperf import verdict as bl
+from pytest_distperf.records import (
+    Environment,
+    Measurement,
+    Metric,
+    TestRecord,
+    Verdict,
+    from_dict,
+    to_dict,
+)
+from pytest_distperf.verdict.noise import STEAL_LIMIT, WAIT_LIMIT, NoiseFigures, Snapshot, between
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 CPU = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "")
 CPU4 = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 4, "2.13.0+cpu", "")
@@ -95,7 +110,7 @@ def test_saving_merges_and_keeps_the_thresholds_table(tmp_path: Path) -> None:
     path = tmp_path / "test_x.toml"
     save(path, "test_a", CPU, **{"w.time_s": stored()})
     save(path, "test_b", CPU, **{"w.time_s": stored()})
-    data = bl.tomllib.loads(path.read_text())
+    data = tomllib.loads(path.read_text())
     data["environments"][bl.environment_id(CPU)]["thresholds"] = {"max_imbalance": 0.2,
                                                                   "tolerance": 0.15}
     path.write_text(tomli_w.dumps(data))
@@ -291,11 +306,10 @@ def test_tolerance_sets_the_line_and_tiny_deltas_never_count() -> None:
 
 # -- one test's judgement --------------------------------------------------------------------
 def judgement(file: bl.BaselineFile | None, *metrics: Metric, save: bool = False,
-              env: Environment = CPU) -> bl.Judgement:
-    return bl.Judgement(metrics=metrics, labels={m.name: "measure(w)" for m in metrics},
-                        environments={m.name: env for m in metrics}, first_noise=QUIET,
-                        tolerance=0.10, save=save, baseline=file, test="test_a",
-                        remeasurable=["measure(w)"])
+              env: Environment = CPU) -> Any:
+    measured = Measurement("measure(w)", metrics, None, lambda: list(metrics))
+    return bl.make_judgement(save=save, measurements=[measured], environment=env,
+                             first_noise=QUIET, tolerance=0.10, baseline=file, test="test_a")
 
 
 def test_judgement_asks_for_confirmation_then_decides(tmp_path: Path) -> None:
@@ -564,7 +578,7 @@ def test_noise_figures_from_counters() -> None:
 def test_the_probe_reads_this_machine() -> None:
     import os
 
-    from pytest_distperf import noise
+    from pytest_distperf.verdict import noise
 
     figures = noise.between(noise.snapshot([os.getpid()]), noise.snapshot([os.getpid()]))
     if Path("/proc/stat").exists():

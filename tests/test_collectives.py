@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 
 from pytest_distperf import collectives, report
-from pytest_distperf.collectives import OPS, BenchSpec, build_result, plan
+from pytest_distperf.collectives import OPS, build_result, plan
 from pytest_distperf.records import (
-    CollectiveResult,
+    BenchSpec,
+    Measurement,
     PairMatrix,
     PairRow,
+    SizeOutcome,
     TestRecord,
-    from_dict,
-    to_dict,
+    record_from_dict,
+    record_to_dict,
 )
 
 #: nccl-tests' bus factors, written out independently of collectives.BUS_FACTORS.
@@ -110,8 +112,8 @@ def _spec(op: str, n: int, counts: tuple[int, ...]) -> BenchSpec:
 
 def test_time_is_median_of_slowest_rank_and_bandwidths_follow() -> None:
     spec = _spec("all_reduce", 2, (1024,))
-    per_rank = [[{"samples": [1e-3, 5e-3, 2e-3], "wrong": 0, "first_wrong": ""}],
-                [{"samples": [2e-3, 1e-3, 4e-3], "wrong": 0, "first_wrong": ""}]]
+    per_rank = [[SizeOutcome((1e-3, 5e-3, 2e-3,), 0, "")],
+                [SizeOutcome((2e-3, 1e-3, 4e-3,), 0, "")]]
     row = build_result(spec, per_rank, backend="gloo", device_type="cpu").rows[0]
     assert row.samples_us == pytest.approx((2000.0, 5000.0, 4000.0))
     assert row.time_us == pytest.approx(4000.0)
@@ -122,8 +124,8 @@ def test_time_is_median_of_slowest_rank_and_bandwidths_follow() -> None:
 
 def test_wrong_counts_add_up_and_stop_the_metrics() -> None:
     spec = _spec("reduce", 2, (16, 32))
-    ok = {"samples": [1e-3], "wrong": 0, "first_wrong": ""}
-    per_rank = [[ok, {"samples": [1e-3], "wrong": 3, "first_wrong": "rank 0: element 7"}],
+    ok = SizeOutcome((1e-3,), 0, "")
+    per_rank = [[ok, SizeOutcome((1e-3,), 3, "rank 0: element 7")],
                 [ok, ok]]
     result = build_result(spec, per_rank, backend="gloo", device_type="cpu")
     assert [r.wrong for r in result.rows] == [0, 3]
@@ -134,7 +136,7 @@ def test_wrong_counts_add_up_and_stop_the_metrics() -> None:
 
 def test_metric_names_and_directions() -> None:
     spec = _spec("all_gather", 4, (4096, 4 * MIB))
-    per_rank = [[{"samples": [1e-3, 2e-3], "wrong": 0, "first_wrong": ""}] * 2] * 4
+    per_rank = [[SizeOutcome((1e-3, 2e-3,), 0, "")] * 2] * 4
     result = build_result(spec, per_rank, backend="gloo", device_type="cpu")
     metrics = result.metrics()
     assert [m.name for m in metrics] == ["all_gather.16384B.busbw_gbps",
@@ -144,7 +146,7 @@ def test_metric_names_and_directions() -> None:
     # per-iteration busbw samples, from the per-iteration times
     assert metrics[0].samples == pytest.approx((16384 * 0.75 / 1e6, 16384 * 0.75 / 2e6))
     barrier = build_result(BenchSpec("barrier", ("0B",), (0,), "float32", 4, 0, 2, 2),
-                           [[{"samples": [1e-5, 3e-5], "wrong": 0, "first_wrong": ""}]] * 2,
+                           [[SizeOutcome((1e-5, 3e-5,), 0, "")]] * 2,
                            backend="gloo", device_type="cpu")
     (metric,) = barrier.metrics()
     assert (metric.name, metric.unit, metric.higher_is_better) == ("barrier.time_us", "us", False)
@@ -186,14 +188,16 @@ def test_pair_matrix_points_at_a_slow_link_not_a_rank() -> None:
 # -- tables ---------------------------------------------------------------------------------
 def test_table_survives_the_json_round_trip() -> None:
     spec = _spec("all_reduce", 4, (1024, 4096))
-    per_rank = [[{"samples": [1e-3, 2e-3], "wrong": 0, "first_wrong": ""}] * 2] * 4
+    per_rank = [[SizeOutcome((1e-3, 2e-3,), 0, "")] * 2] * 4
     result = build_result(spec, per_rank, backend="gloo", device_type="cpu")
-    record = TestRecord("t.py::test", 4, results=[
-        {"label": "bench(all_reduce)", "result": to_dict(result)},
-        {"label": "bench_pairs(1MiB)", "result": to_dict(_matrix(3, {}))},
-        {"label": "other", "result": {"anything": 1}}])
-    again = from_dict(TestRecord, json.loads(json.dumps(to_dict(record))))
-    assert from_dict(CollectiveResult, again.results[0]["result"]) == result
+    record = TestRecord("t.py::test", 4, [
+        Measurement("bench(all_reduce)", tuple(result.metrics()), result),
+        Measurement("bench_pairs(1MiB)", (), _matrix(3, {})),
+        Measurement("other", (), {"anything": 1})])
+    again = record_from_dict(json.loads(json.dumps(record_to_dict(record))))
+    assert again.measurements[0].result == result  # typed again, by its kind
+    assert again.measurements[2].result == {"anything": 1}
+    assert again.metrics == record.metrics
     lines = report.collective_lines([again])
     text = "\n".join(lines)
     assert "# all_reduce  4 ranks  gloo/cpu" in text and "busbw = algbw x 1.5" in text

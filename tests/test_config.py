@@ -19,13 +19,16 @@ from pytest_distperf.config import (
 )
 from pytest_distperf.records import (
     Environment,
+    Measurement,
     MeasureResult,
     Metric,
     TestRecord,
     from_dict,
+    record_from_dict,
+    record_to_dict,
     to_dict,
 )
-from pytest_distperf.thresholds import check_thresholds, resolve_thresholds
+from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
 
 
 @pytest.mark.parametrize(("text", "expected"), [("1", 1), ("4", 4), (" 8 ", 8), (2, 2)])
@@ -125,12 +128,13 @@ def test_records_round_trip_through_json() -> None:
     env = Environment("gloo", "cpu", "Some CPU", 0, 4, "2.13.0+cpu", "")
     metric = Metric("all_reduce.16MiB.busbw_gbps", 1.5, "GB/s", True, (1.4, 1.5, 1.6),
                     ranks=(1,), hint="look at rank 1")
-    record = TestRecord("t.py::test", 4, [metric], [{"label": "x", "result": {"a": 1}}])
-    record.remeasure["x"] = lambda: [metric]  # transient: never serialised
-    data = json.loads(json.dumps(to_dict(record)))
-    assert "remeasure" not in data
-    back = from_dict(TestRecord, data)
-    assert back.metrics == [metric] and back.results == record.results
+    measured = Measurement("x", (metric,), {"a": 1}, lambda: [metric])  # remeasure: not sent
+    record = TestRecord("t.py::test", 4, [measured])
+    data = json.loads(json.dumps(record_to_dict(record)))
+    assert "remeasure" not in json.dumps(data)
+    back = record_from_dict(data)
+    assert back.metrics == [metric] and back.measurements == record.measurements
+    assert back.measurements[0].remeasure is None
     assert from_dict(Environment, to_dict(env)) == env
     assert env.key() == "gloo-cpu-w4-torch2.13.0"
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_distperf.profiler import DistProfiler, profile_on_rank
+from pytest_distperf.profiler import DistProfiler
+from pytest_distperf.rank.profile import profile_on_rank
 from pytest_distperf.records import Metric, ProfileReport
 from pytest_distperf.traces import REGION_NAME, DesyncError
 

@@ -441,7 +441,7 @@ def _workload() -> int:
 @pytest.fixture(scope="module")
 def real_traces() -> Iterator[list[dict[str, Any]]]:
     from pytest_distperf.launcher import RankPool
-    from pytest_distperf.profiler import profile_on_rank
+    from pytest_distperf.rank.profile import profile_on_rank
 
     pool = RankPool(2, "gloo", timeout_s=120)
     try:

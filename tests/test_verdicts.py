@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from pytest_distperf import baseline as bl
+from pytest_distperf import verdict as bl
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

@@ -1,7 +1,9 @@
 """Threshold checks: a metric past its limit fails the test.  Pure: no torch, no pytest.
 
-Limits come from CONTRACT.md's defaults, overridden per environment (the baseline file's
-thresholds table) and per test (the ``distperf`` marker), in that order.
+Limits are the defaults (docs/contract.md), overridden by the ini file, per environment (the
+baseline file's thresholds table) and per test (the ``distperf`` marker), in that order.  The
+plugin resolves them once per test (:func:`resolve_thresholds`); the analyzers' findings and
+the breach check use the same table.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class Breach:
 
 
 def resolve_thresholds(*layers: Mapping[str, float] | None) -> dict[str, float]:
-    """Defaults overridden by each layer in turn (environment, then marker)."""
+    """The defaults overridden by each layer in turn (ini, environment, marker); keys that
+    are not thresholds (``tolerance``, ``world_size``) are left out."""
     out = dict(DEFAULT_THRESHOLDS)
     for layer in layers:
         if layer:

@@ -1,8 +1,10 @@
-"""Timing loops that run on the ranks (torch): per-iteration samples aligned by a barrier.
+"""The rank's one clock, and the barrier-aligned timing loop every measurement uses (torch).
 
-On CUDA, CUDA events bracket the work (no host clock around asynchronous kernels); on CPU,
-``time.perf_counter``.  Every iteration starts from a barrier so that the samples of all
-ranks belong to the same iteration; the controller takes the slowest rank per iteration.
+:class:`Clock` gives timestamps that subtract to seconds: CUDA events on the rank's device
+when the group runs NCCL (no host clock around asynchronous kernels), ``time.perf_counter``
+on CPU.  :func:`time_with_control` starts every iteration from a barrier so that the samples
+of all ranks belong to the same iteration; the controller takes the slowest rank per
+iteration.
 
 The host-speed control (CPU only): after each timed iteration every rank runs the same fixed
 piece of work (:func:`control_kernel`, about 2-3 ms of float32 matmuls) at once, timed the
@@ -18,10 +20,64 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pytest_distperf.rank.worker import set_phase
+
 #: The control's work: CONTROL_REPS products of two CONTROL_N x CONTROL_N float32 matrices.
 #: Never change these without a new baseline: the control is compared with the stored one.
 CONTROL_N = 128
 CONTROL_REPS = 40
+
+
+def rank_device() -> Any:
+    """This rank's device: its CUDA device when the group runs NCCL, else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl" and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class Clock:
+    """Timestamps that subtract to seconds: CUDA events on a CUDA device, perf_counter else."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.device = rank_device() if device is None else device
+        self.on_cuda = self.device.type == "cuda"
+
+    def now(self) -> Any:
+        """A timestamp: a recorded CUDA event (on the device's current stream, also from a
+        collective's callback thread, where the future's stream guard makes that stream wait
+        for the collective), or ``perf_counter()``."""
+        if self.on_cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        """Seconds between two timestamps (CUDA: once ``end`` has completed)."""
+        if self.on_cuda:
+            return float(start.elapsed_time(end)) / 1e3
+        return float(end - start)
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (nothing on CPU)."""
+        if self.on_cuda:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def elapsed(self, fn: Callable[[], Any]) -> float:
+        """Seconds ``fn()`` takes, including the device work it queued."""
+        start = self.now()
+        fn()
+        end = self.now()
+        if self.on_cuda:
+            end.synchronize()
+        return self.seconds(start, end)
 
 
 def control_kernel() -> Callable[[], Any]:
@@ -56,43 +112,27 @@ def time_with_control(fn: Callable[[], Any], *, warmup: int, iters: int, phase: 
     The control list is empty when ``control`` is false or the work runs on CUDA (where the
     host's speed is not what the timed kernels depend on; see :func:`control_kernel`).
     """
-    import torch
     import torch.distributed as dist
 
-    from pytest_distperf.worker import set_phase
-
-    on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
+    clock = Clock()
     prefix = f"{phase}: " if phase else ""
-    check = control_kernel() if control and not on_cuda else None
+    check = control_kernel() if control and not clock.on_cuda else None
     for i in range(warmup):
         set_phase(f"{prefix}warm-up {i + 1}/{warmup}")
         fn()
     if check is not None:
         check()
-    if on_cuda:
-        torch.cuda.synchronize()
+    clock.synchronize()
     samples: list[float] = []
     controls: list[float] = []
     for i in range(iters):
         set_phase(f"{prefix}timed iteration {i + 1}/{iters}")
         dist.barrier()
-        if on_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
+        samples.append(clock.elapsed(fn))
         if check is not None:
             set_phase(f"{prefix}host-speed control {i + 1}/{iters}")
             dist.barrier()
-            t0 = time.perf_counter()
-            check()
-            controls.append(time.perf_counter() - t0)
+            controls.append(clock.elapsed(check))
     # No rank may start other work (a correctness check that fills large buffers, say) while
     # another is still in its last timed call: on shared cores that work would slow the last
     # iteration of the slower rank, and the slowest rank's time is the sample.

@@ -7,10 +7,10 @@ the difference between the two is the exposed communication (the headroom method
 no-sync steps give each rank's own compute time.  With DDP a comm hook times every gradient
 bucket's all-reduce (launch to completion, so it includes waiting for the other ranks).
 
-Clocks: CUDA events on GPU (recorded on the current stream, read after one synchronize per
-step; the comm hook records its end event in the future's callback, which runs ordered after
-the collective), ``time.perf_counter`` on CPU.  Memory: the CUDA caching allocator's peak on
-GPU, the process's resident set size after each step on CPU.
+Clock: :class:`~pytest_distperf.rank.clock.Clock` (CUDA events on GPU, read after one
+synchronize per step; the comm hook records its end event in the future's callback, which
+runs ordered after the collective; ``time.perf_counter`` on CPU).  Memory: the CUDA caching
+allocator's peak on GPU, the process's resident set size after each step on CPU.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import itertools
 import os
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_distperf.analyzer import interval_union
+from pytest_distperf.intervals import union_length
+from pytest_distperf.rank.clock import Clock, rank_device
+from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import CommCall, RankStep
-from pytest_distperf.worker import set_phase
 
 WRAPPERS = ("ddp", "fsdp")
 #: Learning rate of the default optimizer (plain SGD): small, the values do not matter.
@@ -47,37 +46,12 @@ class StepSpec:
     wrapper_kwargs: dict[str, Any] | None = None
     split_batch: bool = False  # strong scaling: keep this rank's share of batch_fn's batch
     comm_timing: bool = True  # time DDP's gradient buckets with a comm hook
-    bare: bool = False  # benchmark only: no barriers, no hook, no per-phase marks
-
-
-class _Clock:
-    """Timestamps that can be subtracted: CUDA events on GPU, perf_counter on CPU."""
-
-    def __init__(self, device: Any) -> None:
-        self.device = device
-        self.on_cuda = device.type == "cuda"
-
-    def now(self) -> Any:
-        if self.on_cuda:
-            import torch
-
-            # On the rank's device's current stream, also from a collective's callback thread
-            # (where the future's stream guard makes that stream wait for the collective).
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return time.perf_counter()
-
-    def seconds(self, start: Any, end: Any) -> float:
-        if self.on_cuda:
-            return float(start.elapsed_time(end)) / 1e3
-        return float(end - start)
 
 
 class _BucketTimer:
     """A DDP comm hook doing what the default all-reduce hook does, timing every bucket."""
 
-    def __init__(self, clock: _Clock, group: Any) -> None:
+    def __init__(self, clock: Clock, group: Any) -> None:
         import torch.distributed as dist
 
         self.clock = clock
@@ -121,14 +95,34 @@ def time_steps(spec: StepSpec) -> RankStep:
             torch.cuda.empty_cache()
 
 
-def _measure(spec: StepSpec) -> RankStep:
+@dataclasses.dataclass
+class Built:
+    """A model ready to train on this rank: what :func:`build` made of a :class:`StepSpec`."""
+
+    wrapped: Any  # the DDP or FSDP2 module
+    no_sync: Callable[[], Any]  # a context manager factory that turns gradient sync off
+    optimizer: Any
+    forward: Callable[[], Any]  # forward pass and loss on this rank's batch: the loss
+    batch_size: int
+    clock: Clock
+    timer: _BucketTimer | None  # the bucket-timing comm hook, where there is one
+
+    def train_step(self) -> None:
+        """One plain step: forward, backward, optimizer step."""
+        self.forward().backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def build(spec: StepSpec) -> Built:
+    """Build, move and wrap the model, the batch and the optimizer of ``spec`` on this rank
+    (seeded identically on every rank)."""
     import torch
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    on_cuda = dist.get_backend() == "nccl" and torch.cuda.is_available()
-    device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu")
-    clock = _Clock(device)
+    device = rank_device()
+    clock = Clock(device)
 
     set_phase("ddp_step_timer: building the model")
     torch.manual_seed(0)
@@ -143,128 +137,123 @@ def _measure(spec: StepSpec) -> RankStep:
     set_phase(f"ddp_step_timer: wrapping the model ({spec.wrapper})")
     wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {})
     timer: _BucketTimer | None = None
-    if spec.wrapper == "ddp" and spec.comm_timing and not spec.bare:
-        timer = _BucketTimer(clock, wrapped.process_group)
+    if spec.wrapper == "ddp" and spec.comm_timing:
+        hook = _BucketTimer(clock, wrapped.process_group)
+        timer = hook
         # DDP checks a hook's annotations against the real classes; a lambda has none.
-        wrapped.register_comm_hook(None, lambda state, bucket: timer.hook(state, bucket))  # noqa: PLW0108
+        wrapped.register_comm_hook(None, lambda state, bucket: hook.hook(state, bucket))  # noqa: PLW0108
     params = list(wrapped.parameters())
     optimizer = (spec.optimizer_fn(params) if spec.optimizer_fn is not None
                  else torch.optim.SGD(params, lr=DEFAULT_LR))
     loss_fn = spec.loss_fn or _default_loss
 
-    def forward_backward() -> tuple[Any, Any]:
+    def forward() -> Any:
         out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
-        loss = loss_fn(out)
-        return out, loss
+        return loss_fn(out)
 
-    if spec.bare:
-        return _bare_loop(spec, forward_backward, optimizer, clock, rank, batch_size)
+    return Built(wrapped, no_sync, optimizer, forward, batch_size, clock, timer)
 
-    for i in range(spec.warmup):
+
+def _warm_up(built: Built, steps: int) -> None:
+    """``steps`` synchronised and no-sync steps, untimed; then the CUDA peak is reset."""
+    for i in range(steps):
         for sync in (True, False):
-            set_phase(f"ddp_step_timer: warm-up {i + 1}/{spec.warmup} "
+            set_phase(f"ddp_step_timer: warm-up {i + 1}/{steps} "
                       f"({'sync' if sync else 'no_sync'})")
-            with contextlib.nullcontext() if sync else no_sync():
-                _, loss = forward_backward()
-                loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-    if on_cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
+            with contextlib.nullcontext() if sync else built.no_sync():
+                built.forward().backward()
+            built.optimizer.step()
+            built.optimizer.zero_grad(set_to_none=True)
+    built.clock.synchronize()
+    if built.clock.on_cuda:
+        import torch
 
-    forward_s: list[float] = []
-    backward_s: list[float] = []
-    optimizer_s: list[float] = []
-    step_s: list[float] = []
+        torch.cuda.reset_peak_memory_stats(built.clock.device)
+
+
+Bucket = tuple[int, int, float, float]  # (bucket index, bytes, launch, seconds)
+
+
+def _timed_step(built: Built, sync: bool, k: int,
+                steps: int) -> tuple[tuple[float, float, float, float], list[Bucket]]:
+    """One step from a barrier: (forward, backward, optimizer, whole step) seconds, and the
+    gradient buckets the comm hook timed, launches in seconds after the step began."""
+    import torch.distributed as dist
+
+    clock, timer = built.clock, built.timer
+    what = f"ddp_step_timer: step {k + 1}/{steps} ({'sync' if sync else 'no_sync'})"
+    set_phase(f"{what}, waiting at the barrier")
+    dist.barrier()
+    clock.synchronize()
+    set_phase(what)
+    if timer is not None:
+        timer.calls.clear()
+        timer.active = sync
+    t0 = clock.now()
+    with contextlib.nullcontext() if sync else built.no_sync():
+        loss = built.forward()
+        t1 = clock.now()
+        loss.backward()
+        t2 = clock.now()
+    built.optimizer.step()
+    built.optimizer.zero_grad(set_to_none=True)
+    t3 = clock.now()
+    clock.synchronize()
+    buckets: list[Bucket] = []
+    if timer is not None:
+        timer.active = False
+        buckets = [(index, nbytes, clock.seconds(t0, start), clock.seconds(start, end))
+                   for index, nbytes, start, end in timer.calls]
+    phases = (clock.seconds(t0, t1), clock.seconds(t1, t2), clock.seconds(t2, t3),
+              clock.seconds(t0, t3))
+    return phases, buckets
+
+
+def _measure(spec: StepSpec) -> RankStep:
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    built = build(spec)
+    _warm_up(built, spec.warmup)
+    phases: list[tuple[float, float, float, float]] = []
     no_sync_s: list[float] = []
     comm: list[CommCall] = []
     comm_time_s: list[float] = []
     peak_rss = _rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
-            set_phase(f"ddp_step_timer: step {k + 1}/{spec.steps} "
-                      f"({'sync' if sync else 'no_sync'}), waiting at the barrier")
-            dist.barrier()
-            if on_cuda:
-                torch.cuda.synchronize(device)
-            set_phase(f"ddp_step_timer: step {k + 1}/{spec.steps} "
-                      f"({'sync' if sync else 'no_sync'})")
-            if timer is not None:
-                timer.calls.clear()
-                timer.active = sync
-            t0 = clock.now()
-            with contextlib.nullcontext() if sync else no_sync():
-                _, loss = forward_backward()
-                t1 = clock.now()
-                loss.backward()
-                t2 = clock.now()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            t3 = clock.now()
-            if on_cuda:
-                torch.cuda.synchronize(device)
-            if timer is not None:
-                timer.active = False
-            total = clock.seconds(t0, t3)
+            times, buckets = _timed_step(built, sync, k, spec.steps)
             if not sync:
-                no_sync_s.append(total)
-            else:
-                step_s.append(total)
-                forward_s.append(clock.seconds(t0, t1))
-                backward_s.append(clock.seconds(t1, t2))
-                optimizer_s.append(clock.seconds(t2, t3))
-                if timer is not None:
-                    calls = [CommCall("all_reduce", nbytes, clock.seconds(start, end), rank, k,
-                                      index, clock.seconds(t0, start))
-                             for index, nbytes, start, end in timer.calls]
-                    comm.extend(calls)
-                    comm_time_s.append(interval_union(
-                        (c.start_s, c.start_s + c.time_s) for c in calls))
-            if not on_cuda:
+                no_sync_s.append(times[3])
+                continue
+            phases.append(times)
+            if built.timer is not None:
+                calls = [CommCall("all_reduce", nbytes, seconds, rank, k, index, start)
+                         for index, nbytes, start, seconds in buckets]
+                comm.extend(calls)
+                comm_time_s.append(union_length((c.start_s, c.start_s + c.time_s)
+                                                for c in calls))
+            if not built.clock.on_cuda:
                 peak_rss = max(peak_rss, _rss_bytes())
-
-    if on_cuda:
-        peak = int(torch.cuda.max_memory_allocated(device))
-        capacity = int(torch.cuda.get_device_properties(device).total_memory)
-        source = "cuda_max_allocated"
-    else:
-        peak, capacity, source = peak_rss, _host_memory_share(world), "rss"
+    peak, capacity, source = _memory(built.clock, peak_rss, world)
     return RankStep(
-        rank=rank, batch_size=batch_size, forward_s=tuple(forward_s),
-        backward_s=tuple(backward_s), optimizer_s=tuple(optimizer_s), step_s=tuple(step_s),
-        no_sync_step_s=tuple(no_sync_s), comm=tuple(comm), comm_time_s=tuple(comm_time_s),
-        peak_memory_bytes=peak, memory_source=source, memory_capacity_bytes=capacity,
-        device=str(device))
+        rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
+        backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
+        step_s=tuple(p[3] for p in phases), no_sync_step_s=tuple(no_sync_s),
+        comm=tuple(comm), comm_time_s=tuple(comm_time_s), peak_memory_bytes=peak,
+        memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device))
 
 
-def _bare_loop(spec: StepSpec, forward_backward: Callable[[], tuple[Any, Any]],
-               optimizer: Any, clock: _Clock, rank: int, batch_size: int) -> RankStep:
-    """The same synchronised step in a plain loop (the overhead benchmark's reference): one
-    barrier, then ``steps`` back-to-back steps with nothing but a timestamp between them."""
-    import torch
-    import torch.distributed as dist
-
-    for _ in range(spec.warmup):
-        _, loss = forward_backward()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    dist.barrier()
+def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
+    """(peak bytes, capacity bytes, source): the CUDA allocator's peak on GPU, the largest
+    resident set size seen after a step on CPU."""
     if clock.on_cuda:
-        torch.cuda.synchronize()
-    marks = [clock.now()]
-    for _ in range(spec.steps):
-        _, loss = forward_backward()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        marks.append(clock.now())
-    if clock.on_cuda:
-        torch.cuda.synchronize()
-    samples = tuple(clock.seconds(a, b) for a, b in itertools.pairwise(marks))
-    return RankStep(rank=rank, batch_size=batch_size, forward_s=(), backward_s=(),
-                    optimizer_s=(), step_s=samples, no_sync_step_s=())
+        import torch
+
+        peak = int(torch.cuda.max_memory_allocated(clock.device))
+        capacity = int(torch.cuda.get_device_properties(clock.device).total_memory)
+        return peak, capacity, "cuda_max_allocated"
+    return peak_rss, _host_memory_share(world), "rss"
 
 
 def _default_loss(output: Any) -> Any:

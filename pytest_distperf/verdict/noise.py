@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 
 #: Above this host steal a window is too noisy to call a regression on.  Normal steal on
-#: shared runners is 5-15% (DESIGN.md); a window must not be thrown away for that alone.
+#: shared runners is 5-15% (docs/background.md); a window must not be thrown away for that alone.
 STEAL_LIMIT = 0.20
 #: Above this CPU wait (seconds waited per second, per rank) a window is too noisy.  Ranks
 #: that have the machine to themselves wait 0.05-0.11 s/s here (their own helper threads and
@@ -54,7 +54,7 @@ class NoiseFigures:
         """Why the window cannot be trusted (empty when it can).
 
         A figure that could not be measured is no reason: the sample spread (judged by
-        :mod:`pytest_distperf.baseline`) is then the only guard.
+        :mod:`pytest_distperf.verdict.rule`) is then the only guard.
         """
         reasons: list[str] = []
         if self.steal is not None and self.steal > STEAL_LIMIT:

@@ -1,0 +1,14 @@
+"""Everything that runs inside a rank process.
+
+The rule: modules here import torch (inside their functions), :mod:`pytest_distperf.records`
+and each other, and nothing else of pytest-distperf.  The controller sends them work
+through the pool (:mod:`pytest_distperf.launcher`) and gets back records
+(:mod:`pytest_distperf.records`): plain frozen dataclasses, never torch objects.
+
+* :mod:`~pytest_distperf.rank.worker`: the loop of a spawned rank (receive, run, reply);
+* :mod:`~pytest_distperf.rank.clock`: the one clock (CUDA events or ``perf_counter``) and the
+  barrier-aligned timing loop with its host-speed control;
+* :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;
+* :mod:`~pytest_distperf.rank.ddp`: build, wrap and time training steps;
+* :mod:`~pytest_distperf.rank.profile`: one call under ``torch.profiler``.
+"""

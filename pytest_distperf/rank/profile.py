@@ -1,0 +1,55 @@
+"""``dist_profiler``'s rank side: one call of a function under ``torch.profiler`` (torch).
+
+The controller (:mod:`pytest_distperf.profiler`) merges what every rank sends back and
+analyses it (:mod:`pytest_distperf.traces`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from pytest_distperf.rank.clock import Clock
+from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.records import PROFILED_REGION
+
+
+def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                    warmup: int, record_shapes: bool, with_stack: bool,
+                    profile_memory: bool) -> tuple[bytes, Any]:
+    """What every rank runs: ``warmup`` plain calls, a barrier, one call under the profiler.
+
+    The profiled call is wrapped in a ``distperf:profiled_call`` annotation (the region the
+    analysis measures); on CUDA the device is synchronised inside it so that the region covers
+    the kernels the call launched.  Returns (zlib-compressed Chrome trace JSON, ``fn``'s
+    result).
+    """
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    clock = Clock()
+    for i in range(warmup):
+        set_phase(f"dist_profiler: warm-up call {i + 1}/{warmup}")
+        fn(*args, **kwargs)
+    clock.synchronize()
+    set_phase("dist_profiler: barrier before the profiled call")
+    dist.barrier()
+    activities = [ProfilerActivity.CPU]
+    if clock.on_cuda:
+        activities.append(ProfilerActivity.CUDA)
+    set_phase("dist_profiler: profiled call")
+    with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
+                  profile_memory=profile_memory) as prof,
+          record_function(PROFILED_REGION)):
+        result = fn(*args, **kwargs)
+        clock.synchronize()
+    set_phase("dist_profiler: exporting the trace")
+    with tempfile.TemporaryDirectory(prefix="distperf-trace-") as tmp:
+        path = os.path.join(tmp, f"rank{dist.get_rank()}.json")
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as f:
+            data = f.read()
+    return zlib.compress(data, 1), result

@@ -1,0 +1,361 @@
+"""The controller's session: what distperf keeps for one pytest process, and how a test's
+recorded measurements become its verdict.
+
+:class:`DistperfSession` owns the config, the engine (the rank pool or torchrun's group),
+the environment key, the test records and the baseline files read so far.  Per test it
+resolves the limits once (:meth:`DistperfSession.limits_for`), and when the test body ends
+it checks the thresholds and compares with (or saves) the baselines
+(:meth:`DistperfSession.judge`).  torch is imported only inside methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_distperf.config import (
+    DEFAULT_BASELINES_DIRNAME,
+    MARKER_KEYWORDS,
+    ConfigError,
+    DistperfConfig,
+    place_ranks,
+    validate_marker_kwargs,
+)
+from pytest_distperf.records import (
+    INCONCLUSIVE,
+    REGRESSED,
+    Environment,
+    Measurement,
+    Metric,
+    TestRecord,
+)
+from pytest_distperf.verdict import noise
+from pytest_distperf.verdict.judgement import Remeasured, Save, make_judgement, settle
+from pytest_distperf.verdict.store import (
+    BaselineError,
+    BaselineFile,
+    baseline_path,
+    environment_id,
+    load,
+    save_test,
+    split_nodeid,
+)
+from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
+
+SESSION_KEY = pytest.StashKey["DistperfSession"]()
+RECORD_KEY = pytest.StashKey[TestRecord]()
+LIMITS_KEY = pytest.StashKey["TestLimits"]()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TestLimits:
+    """The limits of one test, resolved once: the thresholds (defaults, ini file, the
+    baseline file's table for this environment, the marker, in that order) and the
+    tolerance; and the baseline file they came from (or why it could not be read)."""
+
+    __test__ = False  # not a pytest test class
+
+    thresholds: dict[str, float]
+    tolerance: float
+    environment: Environment
+    file: BaselineFile | None
+    file_error: str = ""
+
+
+def marker_settings(item: pytest.Item) -> dict[str, float | int]:
+    """The validated keywords of the test's ``distperf`` markers (ConfigError when bad).
+
+    Markers merge: a module's ``pytestmark`` sets limits for every test in it, and a test's
+    own marker overrides them keyword by keyword.
+    """
+    merged: dict[str, object] = {}
+    for marker in reversed(list(item.iter_markers("distperf"))):  # farthest first
+        if marker.args:
+            raise ConfigError(
+                f"@pytest.mark.distperf on {item.nodeid}: takes keywords only "
+                f"({', '.join(MARKER_KEYWORDS)}), got positional {marker.args!r}")
+        merged.update(marker.kwargs)
+    return validate_marker_kwargs(merged, item.nodeid)
+
+
+def _in_torchrun() -> bool:
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def _xdist_slot() -> tuple[int, int]:
+    """(this xdist worker's index, the number of workers); (0, 1) without xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if name.startswith("gw") and name[2:].isdigit():
+        return int(name[2:]), max(count, 1)
+    return 0, 1
+
+
+def _echo(value: Any) -> Any:
+    return value
+
+
+class DistperfSession:
+    """Everything distperf keeps for one pytest process: config, engine, records."""
+
+    def __init__(self, cfg: DistperfConfig, config: pytest.Config,
+                 ini_thresholds: dict[str, float] | None = None) -> None:
+        self.cfg = cfg
+        self.config = config
+        self.records: list[TestRecord] = []
+        #: thresholds from the ini file: above the defaults, below baselines and markers
+        self.ini_thresholds = dict(ini_thresholds or {})
+        self.world_size = cfg.gpus or 2
+        self.backend = "gloo"
+        self.device_type = "cpu"
+        self.mode = "torchrun" if _in_torchrun() else "spawned"
+        self.device_offset = 0
+        self.visible_gpus = 0
+        self._engine: Any = None
+        self.is_reporter = True
+        self.is_xdist_worker = hasattr(config, "workerinput")
+        self._environments: dict[int, Environment] = {}
+        self._baseline_files: dict[Path, BaselineFile | None] = {}
+
+    # -- resolution (imports torch) -------------------------------------------------------
+    def resolve(self) -> None:
+        """Pick world size and backend from the devices present; UsageError when impossible."""
+        import torch
+
+        cfg = self.cfg
+        cuda = torch.cuda.is_available()
+        self.visible_gpus = torch.cuda.device_count() if cuda else 0
+        if self.mode == "torchrun":
+            backend = cfg.backend
+            if backend == "auto":
+                backend = "nccl" if self.visible_gpus > 0 else "gloo"
+            if backend == "nccl" and self.visible_gpus == 0:
+                raise pytest.UsageError(
+                    "--distperf-backend nccl: no CUDA device is visible to this torchrun rank")
+            from pytest_distperf.launcher import TorchrunEngine
+
+            self._engine = TorchrunEngine(backend, cfg.timeout_s)
+            self.world_size = self._engine.world_size
+            self.backend = self._engine.backend
+            self.device_type = self._engine.device_type
+            self.is_reporter = self._engine.rank == 0
+            return
+        import torch.distributed as dist
+
+        index, workers = _xdist_slot()
+        nccl_ok = cuda and dist.is_available() and dist.is_nccl_available()
+        try:
+            placement = place_ranks(cfg.backend, cfg.gpus, self.visible_gpus, nccl_ok,
+                                    index, workers)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.world_size = placement.world_size
+        self.backend = placement.backend
+        self.device_type = "cuda" if placement.backend == "nccl" else "cpu"
+        self.device_offset = placement.device_offset
+
+    # -- the engine -----------------------------------------------------------------------
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            from pytest_distperf.launcher import RankPool
+
+            self._engine = RankPool(self.world_size, self.backend,
+                                    device_offset=self.device_offset,
+                                    timeout_s=self.cfg.timeout_s)
+        return self._engine
+
+    def environment(self, world_size: int | None = None) -> Environment:
+        """The environment key of results measured on ``world_size`` ranks."""
+        size = world_size or self.world_size
+        if size not in self._environments:
+            info = self.engine.rank_info()[0]
+            self._environments[size] = Environment(
+                backend=self.backend, device_type=self.device_type,
+                device_model=info["device_model"],
+                device_count=size if self.device_type == "cuda" else 0,
+                world_size=size, torch_version=info["torch_version"],
+                nccl_version=info["nccl_version"],
+            )
+        return self._environments[size]
+
+    def header(self) -> str:
+        import torch
+
+        if self.mode == "torchrun":
+            pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
+        else:
+            from pytest_distperf.launcher import threads_per_rank
+
+            pool = (f"spawned on first use and kept for the session "
+                    f"({threads_per_rank(self.world_size)} CPU threads per rank)")
+        if self.device_type == "cuda":
+            first = self.device_offset
+            device = f"cuda (devices {first}..{first + self.world_size - 1} " \
+                     f"of {self.visible_gpus} visible)"
+        else:
+            device = f"cpu ({os.cpu_count()} cores; {self.visible_gpus} CUDA devices visible)"
+        return (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
+                f"torch {torch.__version__}, pool: {pool}")
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+    # -- the noise probe ------------------------------------------------------------------
+    def _measured_pids(self) -> list[int]:
+        """The processes a measurement runs in (the ranks), for the noise probe."""
+        if self.mode == "torchrun":
+            return [os.getpid()]
+        engine = self._engine
+        if engine is None or not getattr(engine, "alive", False):
+            return []
+        return list(engine.pids())
+
+    def noise_snapshot(self) -> noise.Snapshot:
+        return noise.snapshot(self._measured_pids())
+
+    def noise_since(self, start: noise.Snapshot) -> noise.NoiseFigures:
+        return noise.between(start, noise.snapshot(self._measured_pids()))
+
+    # -- per test -------------------------------------------------------------------------
+    def record_for(self, item: pytest.Item, world_size: int) -> TestRecord:
+        record = item.stash.get(RECORD_KEY, None)
+        if record is None:
+            record = TestRecord(nodeid=item.nodeid, world_size=world_size)
+            item.stash[RECORD_KEY] = record
+            self.records.append(record)
+        return record
+
+    def add_measurement(self, item: pytest.Item, world_size: int,
+                        measurement: Measurement) -> None:
+        """A fixture's measurement, recorded under the test for its verdict."""
+        self.record_for(item, world_size).measurements.append(measurement)
+
+    @property
+    def baselines_root(self) -> Path:
+        return self.cfg.baselines_dir or Path(self.config.rootpath, DEFAULT_BASELINES_DIRNAME)
+
+    def baseline_file(self, nodeid: str) -> BaselineFile | None:
+        """The parsed baseline file of ``nodeid``'s module (None when there is none yet);
+        BaselineError when it cannot be read.  Read once per session."""
+        path = baseline_path(self.baselines_root, nodeid)
+        if path not in self._baseline_files:
+            self._baseline_files[path] = load(path)
+        return self._baseline_files[path]
+
+    def limits_for(self, item: pytest.Item, world_size: int) -> TestLimits:
+        """The test's limits, resolved on first use and kept for the test (ConfigError for
+        a bad marker)."""
+        limits = item.stash.get(LIMITS_KEY, None)
+        if limits is not None:
+            return limits
+        marker = marker_settings(item)
+        env = self.environment(world_size)
+        file, file_error = None, ""
+        try:
+            file = self.baseline_file(item.nodeid)
+        except BaselineError as exc:
+            file_error = str(exc)
+        env_layer = file.thresholds(environment_id(env)) if file is not None else {}
+        limits = TestLimits(
+            thresholds=resolve_thresholds(self.ini_thresholds, env_layer, marker),
+            tolerance=float(marker.get("tolerance",
+                                       env_layer.get("tolerance", self.cfg.tolerance))),
+            environment=env, file=file, file_error=file_error)
+        item.stash[LIMITS_KEY] = limits
+        return limits
+
+    def judge(self, item: pytest.Item, record: TestRecord,
+              noise_window: noise.NoiseFigures | None = None) -> str | None:
+        """Check the test's metrics against the thresholds and the stored baselines (or save
+        them with --distperf-save); the failure text, or None when the test passes.
+
+        ``noise_window`` holds the noise probe's figures of the test call.
+        """
+        limits = self.limits_for(item, record.world_size)
+        breaches = check_thresholds(record.metrics, limits.thresholds)
+        record.breaches = [b.describe() for b in breaches]
+        lines = []
+        if breaches:
+            lines = [f"distperf: {len(breaches)} threshold breach(es) in {item.nodeid}:"]
+            lines += [f"  {b.describe()}" for b in breaches]
+        lines += self._baseline_verdicts(item, record, limits, noise_window)
+        return "\n".join(lines) if lines else None
+
+    # -- baselines ------------------------------------------------------------------------
+    def _agree(self, labels: list[str]) -> list[str]:
+        """Under torchrun every rank must re-measure together: rank 0's choice wins."""
+        if self.mode != "torchrun":
+            return labels
+        return list(self.engine.execute(_echo, (labels,), {}, self.engine.world_size,
+                                        "distperf: agreeing on re-measurements")[0])
+
+    def _remeasure(self, record: TestRecord) -> Callable[[str], Remeasured]:
+        """``remeasure(label)`` for :func:`~pytest_distperf.verdict.judgement.settle`: the
+        test's own measurement, repeated under the noise probe."""
+        callables = {m.label: m.remeasure for m in record.measurements
+                     if m.remeasure is not None}
+
+        def remeasure(label: str) -> Remeasured:
+            start = self.noise_snapshot()
+            fresh: list[Metric] = list(callables[label]())
+            return fresh, self.noise_since(start)
+
+        return remeasure
+
+    def _baseline_verdicts(self, item: pytest.Item, record: TestRecord, limits: TestLimits,
+                           noise_window: noise.NoiseFigures | None) -> list[str]:
+        """Compare with (or save as) the baselines; the failure lines (none: it passes).
+
+        Every metric of a test is keyed by the test's environment (its group size), also
+        those measured on a subgroup, such as a scaling sweep's ``.w1`` points: the sweep
+        depends on the size of the run.
+        """
+        from pytest_distperf import report
+
+        module, test = split_nodeid(item.nodeid)
+        judgement = None
+        if self.is_reporter and not limits.file_error:
+            judgement = make_judgement(
+                save=self.cfg.save, measurements=record.measurements,
+                environment=limits.environment, first_noise=noise_window,
+                tolerance=limits.tolerance, baseline=limits.file, test=test)
+        settle(judgement, self._remeasure(record), agree=self._agree, sleep=time.sleep)
+        if not self.is_reporter:
+            return []
+        if limits.file_error:
+            return [limits.file_error]
+        assert judgement is not None
+        path = baseline_path(self.baselines_root, item.nodeid)
+        if isinstance(judgement, Save):
+            try:
+                save_test(path, module, test, judgement.save_entries())
+            except BaselineError as exc:
+                return [str(exc)]
+            except OSError as exc:
+                return [f"distperf: cannot write the baseline file {path}: {exc}"]
+            self._baseline_files.pop(path, None)
+        record.verdicts = judgement.verdicts()
+        failing = {REGRESSED} | ({INCONCLUSIVE} if self.cfg.strict else set())
+        bad = [v for v in record.verdicts if v.verdict in failing]
+        shown = report.verdict_report(record.verdicts, item.nodeid, path)
+        if shown and not bad:  # a failure shows its own table
+            item.add_report_section("call", "distperf", "\n".join(shown))
+        inconclusive = [v for v in record.verdicts if v.verdict == INCONCLUSIVE]
+        if inconclusive and not self.cfg.strict:
+            item.warn(pytest.PytestWarning(
+                "distperf: inconclusive (too noisy to tell, not a failure without "
+                "--distperf-strict): " + "; ".join(f"{v.metric}: {v.detail}"
+                                                    for v in inconclusive)))
+        if not bad:
+            return []
+        kinds = " and ".join(sorted({v.verdict for v in bad}, reverse=True))
+        return [f"distperf: {kinds} in {item.nodeid} (tolerance {limits.tolerance:.0%}):",
+                *report.verdict_table(bad), f"  baselines: {path}"]

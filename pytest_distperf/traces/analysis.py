@@ -1,0 +1,155 @@
+"""From the ranks' traces to a :class:`~pytest_distperf.records.ProfileReport`: per-rank
+figures, per-collective statistics, the desync check and the findings (the analyzer's rules,
+:mod:`pytest_distperf.findings`, over the profiled call).  Pure: numpy at most.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_distperf.analyzer import batch_shares, load_balance
+from pytest_distperf.config import format_bytes
+from pytest_distperf.findings import (
+    PROFILED_CALL,
+    balance_bottlenecks,
+    communication_bottlenecks,
+    desync_bottleneck,
+    ms,
+    recommendations,
+    small_message_bottlenecks,
+)
+from pytest_distperf.intervals import intersection_length, total_length
+from pytest_distperf.records import Bottleneck, CollectiveStat, ProfileReport, RankProfile
+from pytest_distperf.traces.desync import check_desync
+from pytest_distperf.traces.names import P2P
+from pytest_distperf.traces.rank_timeline import Timeline, timelines
+from pytest_distperf.verdict.thresholds import resolve_thresholds
+
+
+def rank_profile(tl: Timeline) -> RankProfile:
+    wall = max(tl.region[1] - tl.region[0], 0.0)
+    comm = total_length(tl.comm)
+    overlapped = intersection_length(tl.comm, tl.compute)
+    exposed = max(comm - overlapped, 0.0)
+    collectives = [op for op in tl.ops if op.name not in P2P]
+    return RankProfile(
+        rank=tl.rank,
+        wall_time_s=wall / 1e6,
+        compute_time_s=max(wall - exposed, 0.0) / 1e6,
+        busy_compute_s=total_length(tl.compute) / 1e6,
+        comm_time_s=comm / 1e6,
+        exposed_comm_s=exposed / 1e6,
+        overlap=overlapped / comm if comm > 0 else 0.0,
+        comm_overhead=exposed / wall if wall > 0 else 0.0,
+        collectives=len(collectives),
+        comm_bytes=sum(op.nbytes for op in tl.ops),
+    )
+
+
+def collective_stats(tls: Sequence[Timeline]) -> tuple[CollectiveStat, ...]:
+    """Per collective (and send/recv): calls and bytes per rank, and time (mean over ranks)."""
+    names = sorted({op.name for tl in tls for op in tl.ops})
+    stats: list[CollectiveStat] = []
+    for name in names:
+        per_rank = [[op for op in tl.ops if op.name == name] for tl in tls]
+        times = tuple(sum(op.time_us for op in ops) / 1e6 for ops in per_rank)
+        stats.append(CollectiveStat(
+            name=name,
+            count=max(len(ops) for ops in per_rank),
+            bytes=max(sum(op.nbytes for op in ops) for ops in per_rank),
+            total_time_s=sum(times) / len(times) if times else 0.0,
+            per_rank_time_s=times,
+        ))
+    stats.sort(key=lambda s: -s.total_time_s)
+    return tuple(stats)
+
+
+def analyse(traces: Sequence[Mapping[str, Any]], *, ranks: Sequence[int] | None = None,
+            limits: Mapping[str, float] | None = None, trace_path: str = "",
+            results: Sequence[Any] = ()) -> ProfileReport:
+    """The :class:`ProfileReport` of the ranks' traces (rank order unless ``ranks`` says).
+
+    ``limits``: the thresholds (``max_comm_overhead``, ``max_imbalance``) the findings use;
+    the defaults where missing.
+    """
+    lim = resolve_thresholds(limits)
+    tls = timelines(traces, ranks)
+    per_rank = tuple(rank_profile(tl) for tl in tls)
+    collectives = collective_stats(tls)
+    desync = check_desync({tl.rank: tl.ops for tl in tls})
+    sources = {tl.source for tl in tls} - {"none"}
+    source = " + ".join(sorted(sources)) if sources else "none"
+
+    with_comm = [p for p in per_rank if p.comm_time_s > 0]
+    # The rank that waits least shows the cost of communication itself; the others add the
+    # time they waited for it, which is imbalance (reported as such), not communication.
+    reference = min(with_comm, key=lambda p: (p.comm_overhead, p.rank)) if with_comm \
+        else (per_rank[0] if per_rank else None)
+    comm_overhead = reference.comm_overhead if reference else 0.0
+    overlap = reference.overlap if reference else 0.0
+
+    wall = max((p.wall_time_s for p in per_rank), default=0.0)
+    balance = load_balance([p.compute_time_s for p in per_rank],
+                           [p.exposed_comm_s for p in per_rank], step_time_s=wall,
+                           limit=lim["max_imbalance"])
+    # load_balance counts positions; the profiled ranks may not be 0..n-1
+    names = [p.rank for p in per_rank]
+    stragglers = tuple(names[i] for i in balance.stragglers)
+    shares = batch_shares([1.0 / p.compute_time_s if p.compute_time_s > 0 else None
+                           for p in per_rank]) if stragglers else ()
+    found = desync_bottleneck(desync, names)
+    if reference is not None:
+        found += _communication_findings(reference, collectives, lim)
+        found += balance_bottlenecks(balance, shares, lim, span=PROFILED_CALL, ranks=names)
+        found += small_message_bottlenecks([(c.name, c.count, c.bytes, c.total_time_s)
+                                            for c in collectives])
+    return ProfileReport(
+        trace_path=trace_path,
+        world_size=len(per_rank),
+        comm_source=source,
+        wall_time_s=wall,
+        comm_overhead=comm_overhead,
+        overlap=overlap,
+        imbalance=balance.imbalance,
+        stragglers=stragglers,
+        reference_rank=reference.rank if reference else 0,
+        per_rank=per_rank,
+        collectives=collectives,
+        desync=desync,
+        bottlenecks=tuple(found),
+        recommendations=tuple(recommendations(found)),
+        imbalance_cv=balance.cv,
+        batch_shares=tuple(shares),
+        results=tuple(results),
+    )
+
+
+def _communication_findings(reference: RankProfile, collectives: Sequence[CollectiveStat],
+                            limits: Mapping[str, float]) -> list[Bottleneck]:
+    """The communication rules on the rank that waited least, naming the collective that
+    took most of the time."""
+    top = collectives[0] if collectives else None
+    detail = ""
+    if top is not None:
+        detail = (f"; most of the communication is {top.name} ({top.count} calls, "
+                  f"{format_bytes(top.bytes)}, {ms(top.total_time_s)})")
+    return communication_bottlenecks(
+        reference.comm_overhead, reference.wall_time_s,
+        reference.comm_time_s if reference.comm_time_s > 0 else None, reference.overlap,
+        limits, span=PROFILED_CALL, detail=detail,
+        where=f" on rank {reference.rank}, the rank that waited least")
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def trace_file_name(nodeid: str, index: int = 1) -> str:
+    """A file name for a test's merged trace: ``tests_test_x.py__test_y_2.3.trace.json``."""
+    stem = _SAFE.sub("_", nodeid.replace("::", "__").replace("/", "_")).strip("_") or "trace"
+    if len(stem) > 150:
+        stem = stem[:130] + "-" + hashlib.sha1(stem.encode()).hexdigest()[:10]
+    suffix = f".{index}" if index > 1 else ""
+    return f"{stem}{suffix}.trace.json"

@@ -1,0 +1,295 @@
+"""One test's verdicts: compare its metrics with their baselines, or save them as new ones,
+asking for re-measurements until every verdict is settled.  Pure: no torch, no pytest.
+
+Two paths, one class each: :class:`Comparison` (the default) and :class:`Save`
+(``--distperf-save``); :func:`make_judgement` picks one.  Both keep every measurement of
+every metric and say which measurements they want repeated; :func:`settle` runs the
+re-measure loop with whatever callables the caller gives it (the plugin gives the test's
+own measurements and the noise probe).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from pytest_distperf.records import (
+    NO_BASELINE,
+    NOT_COMPARABLE,
+    SAVED,
+    Environment,
+    Measurement,
+    Metric,
+    Verdict,
+)
+from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.verdict.rule import (
+    CONFIRM_PAUSES_S,
+    CONTROL_PAUSE_S,
+    CONTROL_WINDOWS,
+    MAX_ROUNDS,
+    NOISY_BACKOFF_S,
+    SAVE_MAX_WINDOWS,
+    SAVE_PAUSE_S,
+    SAVE_WINDOWS,
+    Window,
+    carries_control,
+    decide,
+    make_verdict,
+    noise_reasons,
+    pooled,
+)
+from pytest_distperf.verdict.stats import estimate, selection_figure, spread
+from pytest_distperf.verdict.store import (
+    BaselineFile,
+    SaveEntry,
+    StoredMetric,
+    environment_id,
+    same_environment,
+)
+
+#: What a re-measurement gives back: fresh metrics and the noise probe's figures.
+Remeasured = tuple[Sequence[Metric], NoiseFigures | None]
+
+
+class Judgement:
+    """What both paths share: the test's metrics, every measurement of each, and the loop's
+    bookkeeping.  The caller loops: ``labels = j.wanted()``; re-measure each label;
+    ``j.add_window(...)``; until ``wanted()`` is empty; then ``verdicts()``.
+
+    A metric is re-measured through the measurement that recorded it (by its label; where two
+    measurements of a test record the same metric name, the later one counts).
+    """
+
+    def __init__(self, *, measurements: Sequence[Measurement], environment: Environment,
+                 first_noise: NoiseFigures | None, tolerance: float,
+                 baseline: BaselineFile | None, test: str) -> None:
+        metrics = [m for measurement in measurements for m in measurement.metrics]
+        #: a metric whose value is not a finite number is neither compared nor saved
+        self.unusable = {m.name: m for m in metrics if not math.isfinite(m.value)}
+        self.metrics = {m.name: m for m in metrics if m.name not in self.unusable}
+        self.labels = {m.name: measurement.label for measurement in measurements
+                       for m in measurement.metrics if m.name in self.metrics}
+        self.remeasurable = {m.label for m in measurements if m.remeasure is not None}
+        self.env = environment
+        self.env_id = environment_id(environment)
+        self.tolerance = tolerance
+        self.file = baseline
+        self.test = test
+        self.windows: dict[str, list[Window]] = {
+            m.name: [Window.of(m, first_noise)] for m in self.metrics.values()}
+        #: per metric: its baseline here, or None and (verdict, detail) saying why there is none
+        self.base = {name: self._lookup(name) for name in self.metrics}
+
+    # -- the loop --------------------------------------------------------------------------
+    def wants_more(self, name: str) -> bool:
+        """Whether metric ``name`` needs another measurement."""
+        raise NotImplementedError
+
+    def delay(self, name: str) -> float:
+        """Seconds to wait before metric ``name``'s next measurement."""
+        raise NotImplementedError
+
+    def can_confirm(self, name: str) -> bool:
+        return self.labels[name] in self.remeasurable
+
+    def wanted(self) -> list[str]:
+        """Labels to re-measure now (empty: the verdicts are ready)."""
+        return sorted({self.labels[n] for n in self.metrics if self.wants_more(n)})
+
+    def backoff(self) -> float:
+        """Seconds to wait before the next round of re-measurements (0: none is wanted)."""
+        return max((self.delay(n) for n in self.metrics if self.wants_more(n)), default=0.0)
+
+    def add_window(self, label: str, metrics: Sequence[Metric],
+                   noise: NoiseFigures | None) -> None:
+        for metric in metrics:
+            if metric.name in self.windows and self.labels[metric.name] == label:
+                self.windows[metric.name].append(Window.of(metric, noise))
+
+    # -- shared by both paths --------------------------------------------------------------
+    def has_control(self, name: str) -> bool:
+        metric = self.metrics[name]
+        return carries_control(metric.higher_is_better, metric.is_fraction, self.windows[name])
+
+    def trusted(self, name: str, window: Window) -> bool:
+        return not noise_reasons(window, self.metrics[name].higher_is_better)
+
+    def verdicts(self) -> list[Verdict]:
+        """One verdict per metric (the unusable ones first)."""
+        doing = "saved" if isinstance(self, Save) else "compared"
+        out = [make_verdict(m, NOT_COMPARABLE, self.env_id, None, tolerance=self.tolerance,
+                            windows=1,
+                            detail=f"its value is not a finite number ({m.value}): not {doing}")
+               for m in self.unusable.values()]
+        return out + [self.verdict(name) for name in self.metrics]
+
+    def verdict(self, name: str) -> Verdict:
+        raise NotImplementedError
+
+    def _lookup(self, name: str) -> tuple[StoredMetric | None, tuple[str, str]]:
+        metric = self.metrics[name]
+        if self.file is None:
+            return None, (NO_BASELINE, "no baseline file for this test module yet: run with "
+                                       "--distperf-save to create it")
+        stored = self.file.metrics(self.test, self.env_id)
+        if stored is None:
+            others = self.file.test_environments(self.test)
+            if others:
+                return None, (NOT_COMPARABLE, (
+                    f"baselines exist only for other environments ({', '.join(others)}); "
+                    "a baseline from another environment is never compared"))
+            return None, (NO_BASELINE, "no baseline for this test in this environment: run "
+                                       "with --distperf-save")
+        differs = same_environment(self.file.environments().get(self.env_id, {}), self.env)
+        if differs:
+            return None, (NOT_COMPARABLE, f"the stored environment differs: {differs}")
+        base = stored.get(name)
+        if base is None:
+            return None, (NO_BASELINE, "a new metric: no baseline for it yet")
+        if base.unit != metric.unit or base.higher_is_better != metric.higher_is_better:
+            return None, (NOT_COMPARABLE, (
+                f"the metric changed meaning (unit {base.unit!r} -> {metric.unit!r}, "
+                f"higher_is_better {base.higher_is_better} -> {metric.higher_is_better}): "
+                "re-save"))
+        return base, ("", "")
+
+
+class Comparison(Judgement):
+    """Compare every metric with its baseline; a suspected change is measured again."""
+
+    def wants_more(self, name: str) -> bool:
+        base = self.base[name][0]
+        if not self.can_confirm(name) or base is None:
+            return False
+        return decide(base, self.windows[name], self.tolerance, can_confirm=True)[3]
+
+    def delay(self, name: str) -> float:
+        if self.has_control(name):
+            return CONTROL_PAUSE_S
+        done = len(self.windows[name]) - 1  # re-measurements so far
+        return CONFIRM_PAUSES_S[min(done, len(CONFIRM_PAUSES_S) - 1)]
+
+    def verdict(self, name: str) -> Verdict:
+        metric = self.metrics[name]
+        windows = len(self.windows[name])
+        base, (verdict, detail) = self.base[name]
+        if base is None:
+            return make_verdict(metric, verdict, self.env_id, None, tolerance=self.tolerance,
+                                windows=windows, detail=detail)
+        verdict, chosen, detail, _ = decide(base, self.windows[name], self.tolerance,
+                                            can_confirm=self.can_confirm(name))
+        return make_verdict(metric, verdict, self.env_id, chosen, tolerance=self.tolerance,
+                            windows=windows, detail=detail)
+
+
+class Save(Judgement):
+    """Measure every metric a few times and store the best (or, with a host-speed control,
+    the quiet measurements pooled) as its new baseline."""
+
+    def wants_more(self, name: str) -> bool:
+        if not self.can_confirm(name):
+            return False
+        count = len(self.windows[name])
+        if count < (CONTROL_WINDOWS if self.has_control(name) else SAVE_WINDOWS):
+            return True
+        return count < SAVE_MAX_WINDOWS and not self.trusted(name, self._best_window(name))
+
+    def delay(self, name: str) -> float:
+        delay = CONTROL_PAUSE_S if self.has_control(name) else SAVE_PAUSE_S
+        if not self.trusted(name, self.windows[name][-1]):
+            done = len(self.windows[name]) - 1
+            delay = max(delay, NOISY_BACKOFF_S[min(done, len(NOISY_BACKOFF_S) - 1)])
+        return delay
+
+    def _best_window(self, name: str) -> Window:
+        """The measurement to store: the one whose better half is best (its median), not the
+        one with the best few samples, which may be a slow spell with a fast moment in it:
+        its better half would be slower than most clean runs, and no test could tell."""
+        metric = self.metrics[name]
+        wins = self.windows[name]
+        keys = [selection_figure(w.samples, w.value, metric.higher_is_better,
+                                 metric.is_fraction) for w in wins]
+        choose = max if metric.higher_is_better else min
+        return wins[keys.index(choose(keys))]
+
+    def _save_window(self, name: str) -> Window:
+        """What a save stores: with a host-speed control, the quiet measurements pooled (all
+        of them when none is quiet: the comparison pools too); otherwise the best one."""
+        if not self.has_control(name):
+            return self._best_window(name)
+        wins = self.windows[name]
+        quiet = [w for w in wins if self.trusted(name, w)]
+        return pooled(quiet or wins)
+
+    def _to_store(self, name: str, window: Window) -> StoredMetric:
+        metric = self.metrics[name]
+        return StoredMetric(unit=metric.unit, higher_is_better=metric.higher_is_better,
+                            value=window.value, samples=window.samples,
+                            steal=window.noise.steal if window.noise else None,
+                            wait=window.noise.wait if window.noise else None,
+                            control=window.control,
+                            measurements=window.sizes if window.control else ())
+
+    def verdict(self, name: str) -> Verdict:
+        metric = self.metrics[name]
+        window = self._save_window(name)
+        new = self._to_store(name, window)
+        noisy = noise_reasons(window, new.higher_is_better)
+        count = len(self.windows[name])
+        detail = (f"{count} measurement(s) pooled, with the host-speed control"
+                  if new.control else f"best of {count} measurement(s)")
+        if noisy:
+            detail += (f"; saved from a noisy measurement ({', '.join(noisy)}): re-save on a "
+                       "quieter machine")
+        current = estimate(new.samples, new.value, new.higher_is_better, new.is_fraction)
+        previous = change = None
+        base = self.base[name][0]
+        if base is not None:
+            previous = estimate(base.samples, base.value, base.higher_is_better,
+                                base.is_fraction)
+            change = (current - previous) / abs(previous) if previous else None
+        return Verdict(metric=name, verdict=SAVED, environment=self.env_id, unit=metric.unit,
+                       higher_is_better=metric.higher_is_better, baseline=previous,
+                       current=current, change=change, tolerance=self.tolerance,
+                       windows=count,
+                       steal=window.noise.steal if window.noise else None,
+                       wait=window.noise.wait if window.noise else None,
+                       spread=spread(window.samples, new.higher_is_better), detail=detail)
+
+    def save_entries(self) -> list[SaveEntry]:
+        """What every metric stores (:meth:`_save_window`), for this environment."""
+        return [SaveEntry(self.env, {name: self._to_store(name, self._save_window(name))
+                                     for name in self.metrics})]
+
+
+def make_judgement(*, save: bool, measurements: Sequence[Measurement],
+                   environment: Environment, first_noise: NoiseFigures | None,
+                   tolerance: float, baseline: BaselineFile | None, test: str) -> Judgement:
+    """A :class:`Save` with ``--distperf-save``, else a :class:`Comparison`."""
+    cls = Save if save else Comparison
+    return cls(measurements=measurements, environment=environment, first_noise=first_noise,
+               tolerance=tolerance, baseline=baseline, test=test)
+
+
+def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], *,
+           agree: Callable[[list[str]], list[str]] = list,
+           sleep: Callable[[float], None] = time.sleep) -> None:
+    """Re-measure what ``judgement`` wants until it wants nothing (``MAX_ROUNDS`` at most).
+
+    ``remeasure(label)`` repeats the measurement ``label`` and returns its fresh metrics with
+    the noise probe's figures; ``agree(labels)`` makes every process of a job agree on what to
+    re-measure (under torchrun every rank must take part, and only rank 0 has a judgement:
+    ``judgement`` is None on the others).
+    """
+    for _ in range(MAX_ROUNDS):
+        labels = agree(judgement.wanted() if judgement is not None else [])
+        if not labels:
+            return
+        if judgement is not None:
+            sleep(judgement.backoff())
+        for label in labels:
+            fresh, figures = remeasure(label)
+            if judgement is not None:
+                judgement.add_window(label, fresh, figures)

@@ -1,0 +1,383 @@
+"""The decision rule: one metric's measurements against its baseline.  Pure.
+
+The verdict rule (docs/baselines.md has the evidence behind each constant):
+
+1. Estimator: noise on a shared machine only makes a run slower, never faster, so a metric is
+   judged by its *good-side quantile* (``ESTIMATOR_QUANTILE`` of the samples for a time, the
+   mirror quantile for a bandwidth) instead of the median, which carries the noise.
+2. Decision line: the tolerance (default 10%) is the change the gate must catch.  A change is
+   *suspected* when the estimate is worse by at least half of it (the midpoint between "no
+   change" and "a change of the tolerance") and by the minimum absolute delta (fractions:
+   ``MIN_FRACTION_POINTS`` points as well, so that 0.02 -> 0.04 is no regression).
+3. Confirmation: a suspected regression is measured again on the same ranks
+   (``CONFIRMATIONS`` times, growing pauses apart); the best window counts, since noise cannot make
+   work faster.
+4. Evidence: it is a *regression* only when the best of those windows is still past the
+   line, a one-sided Mann-Whitney U test of the better halves of the samples says current is
+   slower than the baseline at ``ALPHA``, and that window was quiet: the noise probe
+   (:mod:`pytest_distperf.noise`: host steal, CPU wait of the ranks) under its limits and
+   the sample spread under ``SPREAD_LIMIT``.  Past the line but never quiet or never
+   significant: *inconclusive*, with the figures.
+
+Times with a host-speed control (``measure()`` on CPU ranks: every sample has the time of a
+fixed piece of work run right after it on all ranks, :mod:`pytest_distperf.timing`) are
+judged after taking out the part of their variation that follows the control (an analysis
+of covariance, as CUPED does for A/B tests):
+
+* both sides pool ``CONTROL_WINDOWS`` measurements (the baseline keeps all of its
+  measurements' samples, and their sizes);
+* a measurement's control level is the 25% quantile of its controls (another process's
+  time slices hit a few of them; a slower host all of them);
+* the slope: how strongly the time follows the control, fitted on the measurements' median
+  times against their control levels in log space, each side centred on its own median (so
+  that a regression between the sides does not enter it), clipped to [0, 1].  0.3-1.0 for
+  a matmul loop here (median 0.74), 0 for a sleep;
+* each sample becomes ``log(time) - slope * log(control level)``; the change is the
+  difference of the two sides' 25% quantiles, back in relative terms;
+* a first measurement worse by a quarter of the tolerance is measured again until there are
+  ``CONTROL_WINDOWS``; then it is a regression when the pooled change is past the line and a
+  one-sided Mann-Whitney test of the adjusted samples agrees at ``ALPHA``.  The noise probe
+  and the spread limit still set noisy measurements aside; and since another process can
+  push an adjusted time either way, a noisy measurement clears and improves nothing: with
+  no quiet one the verdict is inconclusive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from pytest_distperf.quantiles import median_or_nan, quantile_or_nan
+from pytest_distperf.records import (
+    IMPROVED,
+    INCONCLUSIVE,
+    NO_BASELINE,
+    NOT_COMPARABLE,
+    REGRESSED,
+    SAVED,
+    UNCHANGED,
+    Metric,
+    Verdict,
+)
+from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.verdict.stats import (
+    MIN_SAMPLES,
+    adjusted,
+    control_points,
+    estimate,
+    good_half,
+    mann_whitney_greater,
+    min_abs_delta,
+    split_parts,
+    spread,
+)
+from pytest_distperf.verdict.store import StoredMetric
+
+#: A change is suspected at this fraction of the tolerance (the midpoint between 0 and it).
+DECISION_FRACTION = 0.5
+#: One-sided Mann-Whitney U significance a regression or an improvement needs.
+ALPHA = 0.01
+#: A window whose samples spread more than this ((median - estimate) / estimate) is too noisy.
+SPREAD_LIMIT = 0.5
+#: Re-measurements that must all still be past the line before a regression is called:
+#: this machine's host has slow spells of a few seconds (every timing 20-25% slower, with no
+#: steal and no CPU wait to show for it); four measurements in a row rarely all fall in one.
+CONFIRMATIONS = 3
+#: Re-measurements at most to confirm (or clear) a suspected regression.
+CONFIRM_ROUNDS = 3
+#: Seconds before each confirming re-measurement: growing, so that the four measurements of
+#: a regression span about 9 s, longer than this host's slow spells (4 s was not: 4 false
+#: alarms in 30 clean runs).
+CONFIRM_PAUSES_S = (1.0, 2.0, 4.0)
+#: A saved baseline is the best of this many measurements...
+SAVE_WINDOWS = 4
+#: ... and of up to this many while the best one is too noisy...
+SAVE_MAX_WINDOWS = 6
+#: ... this many seconds apart...
+SAVE_PAUSE_S = 0.5
+#: ... or longer after a window that was too noisy (by round): another job's burst of work
+#: often ends within seconds.
+NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
+#: Times with a host-speed control: measurements pooled on each side (baseline and current)
+#: before a regression is called.  Replayed on recorded windows of a matmul loop on this
+#: machine (docs/baselines.md), six a side: 1-2% of clean comparisons false-alarmed and 90%
+#: of 10% slowdowns were caught; four a side: 2% and 86%.
+CONTROL_WINDOWS = 6
+#: ... re-measured only when the first measurement is worse by this fraction of the tolerance
+CONTROL_SCREEN_FRACTION = 0.25
+#: ... this many seconds apart: the host's speed changes from one second to the next, and
+#: measurements spread over a few seconds average over it.
+CONTROL_PAUSE_S = 1.0
+#: ... judged by this quantile of the adjusted samples (noise from other processes only
+#: pushes times up, as for the plain rule; the median false-alarmed 4x as often on recorded
+#: windows)...
+CONTROL_ESTIMATOR_QUANTILE = 0.25
+#: Re-measurement rounds of one test at most (confirmations, or a save's measurements).
+MAX_ROUNDS = max(CONFIRM_ROUNDS, SAVE_MAX_WINDOWS, CONTROL_WINDOWS) + 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Window:
+    """One measurement of a metric, with what the noise probe saw during it."""
+
+    value: float
+    samples: tuple[float, ...] = ()
+    noise: NoiseFigures | None = None
+    control: tuple[float, ...] = ()  # one per sample, or ()
+    sizes: tuple[int, ...] = ()  # the measurements a pooled window is made of, or ()
+
+    @classmethod
+    def of(cls, metric: Metric, noise: NoiseFigures | None) -> Window:
+        """The metric's figures (samples that are not finite numbers are left out, with
+        their controls; a control that is not a positive number drops the control)."""
+        if metric.control and len(metric.control) == len(metric.samples):
+            pairs = [(v, c) for v, c in zip(metric.samples, metric.control, strict=True)
+                     if math.isfinite(v) and math.isfinite(c)]
+            if all(c > 0 for _, c in pairs):
+                return cls(metric.value, tuple(v for v, _ in pairs), noise,
+                           tuple(c for _, c in pairs))
+        return cls(metric.value, tuple(v for v in metric.samples if math.isfinite(v)), noise)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Assessment:
+    """One window compared with the baseline."""
+
+    baseline: float
+    current: float
+    change: float | None  # (current - baseline) / |baseline|; None when the baseline is 0
+    worse: float  # the change in the bad direction (negative: better)
+    worse_like: bool  # past the decision line and the minimum delta, in the bad direction
+    better_like: bool
+    p_worse: float | None  # one-sided Mann-Whitney; None when there are too few samples
+    p_better: float | None
+    spread: float | None
+    noise: NoiseFigures | None
+    noisy: tuple[str, ...]  # why this window cannot be trusted
+    host_change: float | None = None  # how much slower the host-speed control ran
+    control_slope: float | None = None  # how strongly the time follows the control
+
+    @property
+    def trusted(self) -> bool:
+        return not self.noisy
+
+
+def noise_reasons(window: Window, higher_is_better: bool) -> list[str]:
+    """Why a measurement is too noisy to judge (empty when it can be): the noise probe's
+    figures past their limits, or samples spread past ``SPREAD_LIMIT``."""
+    noisy = list(window.noise.too_noisy()) if window.noise is not None else []
+    spr = spread(window.samples, higher_is_better)
+    if spr is not None and spr > SPREAD_LIMIT:
+        noisy.append(f"sample spread {spr:.0%} > {SPREAD_LIMIT:.0%}")
+    return noisy
+
+
+def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
+    hib = base.higher_is_better
+    b = estimate(base.samples, base.value, hib, base.is_fraction)
+    c = estimate(window.samples, window.value, hib, base.is_fraction)
+    delta = c - b
+    change = delta / abs(b) if b != 0 else None
+    sign = -1.0 if hib else 1.0
+    if change is not None:
+        worse = sign * change
+    else:
+        worse = math.copysign(math.inf, sign * delta) if delta else 0.0
+    line = tolerance * DECISION_FRACTION
+    big_enough = abs(delta) >= min_abs_delta(base.unit) and abs(delta) > 0
+    worse_like = big_enough and worse >= line
+    better_like = big_enough and -worse >= line
+    p_worse = p_better = None
+    cur, old = good_half(window.samples, hib), good_half(base.samples, hib)
+    if len(cur) >= MIN_SAMPLES and len(old) >= MIN_SAMPLES:
+        up, down = mann_whitney_greater(cur, old), mann_whitney_greater(old, cur)
+        p_worse, p_better = (down, up) if hib else (up, down)
+    return Assessment(b, c, change, worse, worse_like, better_like, p_worse, p_better,
+                      spread(window.samples, hib), window.noise,
+                      tuple(noise_reasons(window, hib)))
+
+
+def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
+    """Whether a metric is judged with its host-speed control: a time (lower is better, not
+    a fraction, every sample positive) with a control for every sample, in the baseline and
+    in every measurement.  A baseline saved without one (or a run with ``control=False``) is
+    judged by the plain rule."""
+    return (len(base.control) == len(base.samples) >= MIN_SAMPLES
+            and all(v > 0 for v in base.samples)
+            and carries_control(base.higher_is_better, base.is_fraction, windows))
+
+
+def carries_control(higher_is_better: bool, fraction: bool, windows: Sequence[Window]) -> bool:
+    """Whether measurements of a metric can be judged with their control: a time, every
+    sample with a control, every sample positive (judged in log space)."""
+    return (not higher_is_better and not fraction
+            and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows)
+            and all(v > 0 for w in windows for v in w.samples))
+
+
+def pooled(windows: Sequence[Window]) -> Window:
+    """Several measurements as one: samples and controls end to end, the worst noise figures
+    (the value is the median of the samples)."""
+    samples = tuple(v for w in windows for v in w.samples)
+    control = tuple(c for w in windows for c in w.control)
+    figures = [w.noise for w in windows if w.noise is not None]
+    noise = None
+    if figures:
+        steals = [f.steal for f in figures if f.steal is not None]
+        waits = [f.wait for f in figures if f.wait is not None]
+        noise = NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
+                             max(waits, default=None))
+    value = median_or_nan(samples) if samples else windows[0].value
+    sizes = tuple(n for w in windows for n in (w.sizes or (len(w.samples),)))
+    return Window(value, samples, noise, control, sizes)
+
+
+def _parts_of(windows: Sequence[Window]) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    return [p for w in windows for p in split_parts(w.samples, w.control, w.sizes)]
+
+
+def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
+    """How strongly the time follows the control: the least-squares slope of log(median
+    time) on log(control level) over the measurements, each side (baseline, current) centred
+    on its own median, clipped to [0, 1].  0 (the plain comparison) when there is nothing to
+    fit.
+
+    Whole measurements, not single samples: a sample's control carries its own jitter,
+    which would flatten the slope (0.3 instead of 0.7 for a matmul loop here)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for points in (control_points(base.parts()), control_points(_parts_of(windows))):
+        if not points:
+            continue
+        cx = median_or_nan([x for x, _, _ in points])
+        cy = median_or_nan([y for _, y, _ in points])
+        xs += [x - cx for x, _, _ in points]
+        ys += [y - cy for _, y, _ in points]
+    x, y = np.asarray(xs), np.asarray(ys)
+    if len(x) < 3 or float(np.dot(x, x)) <= 0:
+        return 0.0
+    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
+
+
+def assess_controlled(base: StoredMetric, windows: Sequence[Window],
+                      tolerance: float) -> Assessment:
+    """The quiet measurements (all of them when none is quiet), pooled, against the baseline,
+    with the part of the variation that follows the host-speed control taken out (see the
+    module's docstring).  ``baseline`` is the baseline's estimate; ``current`` is that times
+    (1 + change): the time the current code would take at the baseline's host speed."""
+    reasons = [noise_reasons(w, False) for w in windows]
+    quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
+    use = quiet or list(windows)
+    cur = pooled(use)
+    slope = control_slope(base, use)
+    base_points, cur_points = control_points(base.parts()), control_points(_parts_of(use))
+    rb, rc = adjusted(base_points, slope), adjusted(cur_points, slope)
+    q = CONTROL_ESTIMATOR_QUANTILE
+    change = math.exp(quantile_or_nan(rc, q) - quantile_or_nan(rb, q)) - 1.0
+    b = estimate(base.samples, base.value, False, False)
+    c = b * (1.0 + change)
+    line = tolerance * DECISION_FRACTION
+    big_enough = abs(c - b) >= min_abs_delta(base.unit) and c != b
+    host = math.exp(median_or_nan([x for x, _, _ in cur_points])
+                    - median_or_nan([x for x, _, _ in base_points])) - 1.0
+    noisy = () if quiet else tuple(", ".join(why) for why in reasons)
+    return Assessment(b, c, change, change, big_enough and change >= line,
+                      big_enough and -change >= line, mann_whitney_greater(rc, rb),
+                      mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
+                      noisy, host, slope)
+
+
+def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
+                      can_confirm: bool) -> tuple[str, Assessment, str, bool]:
+    """:func:`decide` for a time with a host-speed control (see the module's docstring)."""
+    a = assess_controlled(base, windows, tolerance)
+    n = len(windows)
+    # Unlike a plain time, an adjusted one can be pushed either way by another process (its
+    # time slices inflate the control too): noisy measurements clear nothing and improve
+    # nothing, they are measured again and, with no quiet one, too noisy to tell.
+    if a.trusted and a.better_like and _significant(a.p_better):
+        return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
+    screened_out = n == 1 and a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+    if can_confirm and n < CONTROL_WINDOWS and not screened_out:
+        return INCONCLUSIVE, a, "awaiting confirmation", True
+    if not a.trusted:
+        detail = (f"too noisy to tell in all {n} measurements" if n > 1
+                  else "too noisy to tell")
+        return INCONCLUSIVE, a, f"{detail} ({'; '.join(a.noisy)})", False
+    if not a.worse_like:
+        return UNCHANGED, a, "", False
+    if _significant(a.p_worse):
+        how = (f"confirmed by {n} measurements" if n > 1
+               else "not confirmed: no re-measurement is available for this metric")
+        return REGRESSED, a, how, False
+    return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
+                             f"{a.p_worse:.3g} >= {ALPHA})"), False
+
+
+def _significant(p: float | None) -> bool:
+    return p is None or p < ALPHA
+
+
+def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
+           can_confirm: bool) -> tuple[str, Assessment, str, bool]:
+    """(verdict, the assessment it reports, detail, whether to measure again)."""
+    if controlled(base, windows):
+        return decide_controlled(base, windows, tolerance, can_confirm=can_confirm)
+    assessments = [assess(base, w, tolerance) for w in windows]
+    best = min(assessments, key=lambda a: a.worse)
+    confirmed = len(windows) > CONFIRMATIONS or not can_confirm
+    rounds_left = can_confirm and len(windows) <= max(CONFIRM_ROUNDS, CONFIRMATIONS)
+    if best.better_like and _significant(best.p_better):
+        return IMPROVED, best, "better than the baseline: re-save with --distperf-save", False
+    if not best.worse_like:
+        return UNCHANGED, best, "", False
+    evidence = [a for a in assessments if a.trusted and _significant(a.p_worse)]
+    if evidence and confirmed:
+        chosen = min(evidence, key=lambda a: a.worse)
+        how = (f"confirmed by {len(windows)} measurements" if len(windows) > 1
+               else "not confirmed: no re-measurement is available for this metric")
+        return REGRESSED, chosen, how, False
+    if evidence:  # seen once, in a quiet window: measure again before calling it
+        return INCONCLUSIVE, best, "awaiting confirmation", rounds_left
+    if all(a.noisy for a in assessments):
+        figures = "; ".join(", ".join(a.noisy) for a in assessments)
+        detail = (f"too noisy to tell in all {len(windows)} measurements ({figures})"
+                  if len(windows) > 1 else f"too noisy to tell ({figures})")
+    else:
+        p = min((a.p_worse for a in assessments if a.trusted and a.p_worse is not None),
+                default=None)
+        detail = ("slower, but not statistically clear"
+                  + (f" (Mann-Whitney p = {p:.3g} >= {ALPHA})" if p is not None else ""))
+    return INCONCLUSIVE, best, detail, rounds_left
+
+
+def _confidence(verdict: str, a: Assessment) -> float | None:
+    p = a.p_better if verdict == IMPROVED else a.p_worse
+    if p is None or verdict in (UNCHANGED, NO_BASELINE, NOT_COMPARABLE, SAVED):
+        return None
+    return 1.0 - p
+
+
+def make_verdict(metric: Metric, verdict: str, env_id: str, assessment: Assessment | None,
+                 *, tolerance: float, windows: int, detail: str) -> Verdict:
+    """The record of one metric's verdict (``assessment`` None: nothing was compared)."""
+    a = assessment
+    noise = a.noise if a is not None else None
+    return Verdict(
+        metric=metric.name, verdict=verdict, environment=env_id, unit=metric.unit,
+        higher_is_better=metric.higher_is_better,
+        baseline=a.baseline if a is not None else None,
+        current=a.current if a is not None else metric.value,
+        change=a.change if a is not None else None,
+        confidence=_confidence(verdict, a) if a is not None else None,
+        tolerance=tolerance, windows=windows,
+        steal=noise.steal if noise is not None else None,
+        wait=noise.wait if noise is not None else None,
+        spread=a.spread if a is not None else None,
+        detail=detail,
+        host_change=a.host_change if a is not None else None,
+        control_slope=a.control_slope if a is not None else None,
+    )

@@ -1,0 +1,138 @@
+"""The statistics of a verdict: estimators, the sample spread and the Mann-Whitney test,
+and the arithmetic of the host-speed control.  Pure: numpy at most.
+
+docs/baselines.md has the evidence behind each constant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from pytest_distperf.quantiles import median_or_nan, quantile_or_nan
+
+#: Good-side quantile of the samples that a time is judged by (0.95 for higher-is-better):
+#: all but the minimum, so that one odd sample cannot decide.
+ESTIMATOR_QUANTILE = 0.05
+#: Fewer samples than this (in either side's better half, for the test): the metric's value
+#: stands for them, and no test is made (point estimates and confirmation only).
+MIN_SAMPLES = 5
+#: Fractions (unit "fraction") must also move by this many absolute points.
+MIN_FRACTION_POINTS = 0.05
+#: Smallest absolute change that can count, by unit: microsecond noise never fails a build.
+MIN_ABS_DELTA = {"s": 5e-6, "ms": 5e-3, "us": 5.0, "ns": 5e3}
+#: ... against this quantile of each measurement's controls (its host-speed level).
+CONTROL_LEVEL_QUANTILE = 0.25
+
+
+def estimate(samples: Sequence[float], value: float, higher_is_better: bool,
+             fraction: bool) -> float:
+    """The figure a metric is judged by.
+
+    Times and bandwidths: the good-side quantile of the samples (noise only pushes one way).
+    Fractions, and metrics with fewer than ``MIN_SAMPLES`` samples: the metric's own value
+    (a ratio of two noisy times has no good side).
+    """
+    if fraction or len(samples) < MIN_SAMPLES:
+        return float(value)
+    q = 1.0 - ESTIMATOR_QUANTILE if higher_is_better else ESTIMATOR_QUANTILE
+    return quantile_or_nan(samples, q)
+
+
+def selection_figure(samples: Sequence[float], value: float, higher_is_better: bool,
+                     fraction: bool) -> float:
+    """What the measurements of a save are ranked by: the median of the better half of the
+    samples (the 25% quantile of a time), or the value where there are too few."""
+    if fraction or len(samples) < MIN_SAMPLES:
+        return float(value)
+    q = 0.75 if higher_is_better else 0.25
+    return quantile_or_nan(samples, q)
+
+
+def spread(samples: Sequence[float], higher_is_better: bool) -> float | None:
+    """How far the median sits from the estimate, relative: (median - p10) / p10 for a time.
+    None with too few samples."""
+    if len(samples) < MIN_SAMPLES:
+        return None
+    good = estimate(samples, 0.0, higher_is_better, False)
+    if good == 0:
+        return None
+    return abs(median_or_nan(samples) - good) / abs(good)
+
+
+def good_half(samples: Sequence[float], higher_is_better: bool) -> list[float]:
+    """The better half of the samples (the faster for a time), which the test compares:
+    the slow half of a time is where the noise lives, and it would drown the signal."""
+    ordered = sorted(samples, reverse=higher_is_better)
+    return ordered[: (len(ordered) + 1) // 2]
+
+
+def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks 1..n with ties averaged, and the sizes of the tie groups."""
+    order = np.argsort(values, kind="mergesort")
+    ordered = values[order]
+    ranks = np.empty(len(values), dtype=float)
+    ties = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        ties.append(j - i + 1)
+        i = j + 1
+    return ranks, np.asarray(ties, dtype=float)
+
+
+def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
+    """One-sided p-value that ``x`` tends to be larger than ``y`` (Mann-Whitney U, normal
+    approximation with tie and continuity corrections; fine from 5 samples a side)."""
+    nx, ny = len(x), len(y)
+    if nx == 0 or ny == 0:
+        return 1.0
+    ranks, ties = _average_ranks(np.concatenate([np.asarray(x, float), np.asarray(y, float)]))
+    u = float(ranks[:nx].sum()) - nx * (nx + 1) / 2
+    n = nx + ny
+    tie_term = float((ties**3 - ties).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    variance = nx * ny / 12 * ((n + 1) - tie_term)
+    if variance <= 0:
+        return 0.5
+    z = (u - nx * ny / 2 - 0.5) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def min_abs_delta(unit: str) -> float:
+    if unit == "fraction":
+        return MIN_FRACTION_POINTS
+    return MIN_ABS_DELTA.get(unit, 0.0)
+
+
+def split_parts(samples: Sequence[float], control: Sequence[float],
+           sizes: Sequence[int]) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    if not sizes or sum(sizes) != len(samples):
+        return [(tuple(samples), tuple(control))]
+    out, start = [], 0
+    for n in sizes:
+        out.append((tuple(samples[start:start + n]), tuple(control[start:start + n])))
+        start += n
+    return out
+
+
+def control_points(parts: Sequence[tuple[Sequence[float], Sequence[float]]]
+            ) -> list[tuple[float, float, Sequence[float]]]:
+    """Per measurement: (log of its control level, log of its median time, its samples).
+
+    The control level is the ``CONTROL_LEVEL_QUANTILE`` of the measurement's controls: a
+    slower host slows all of them, while another process's time slice lands on a few, and
+    a 2.5 ms control hit by a 3 ms slice would count double."""
+    return [(math.log(quantile_or_nan(c, CONTROL_LEVEL_QUANTILE)),
+             math.log(median_or_nan(v)), v)
+            for v, c in parts if len(v) and len(c)]
+
+
+def adjusted(points: Sequence[tuple[float, float, Sequence[float]]],
+              slope: float) -> list[float]:
+    """log(time) - slope * log(its measurement's control level), per sample."""
+    return [math.log(v) - slope * x for x, _, samples in points for v in samples]

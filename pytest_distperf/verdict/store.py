@@ -1,0 +1,419 @@
+"""Baseline files: their format, reading and validating them, and writing them.  Pure.
+
+One TOML file per test module under the baseline folder (``perf_baselines/``),
+``tests/perf/test_x.py`` -> ``perf_baselines/tests/perf/test_x.toml``.  Per test, per
+environment (backend, device model and count, world size, torch and NCCL versions), per
+metric: the direction, a few summary figures for reviewers, the noise seen while measuring,
+and the samples the comparison needs.  Written with ``tomli_w`` (keys sorted, one sample per
+line), atomically (temp file + ``os.replace``), read-merge-written under an exclusive lock of
+the folder so that pytest-xdist workers saving at once lose nothing.  A file that cannot be
+read is an error naming the file and the line, and is never written over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import math
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int
+from pytest_distperf.files import write_atomically
+from pytest_distperf.quantiles import median_or_nan
+from pytest_distperf.records import Environment
+from pytest_distperf.verdict.stats import estimate, split_parts
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import tomli_w
+
+#: The layout version of a baseline file; a file of another version is refused, untouched.
+SCHEMA_VERSION = 1
+#: Threshold keys an environment's ``thresholds`` table may hold.
+THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance")
+_ENV_FIELDS: tuple[tuple[str, type], ...] = (
+    ("backend", str), ("device_type", str), ("device_model", str), ("device_count", int),
+    ("world_size", int), ("torch_version", str), ("nccl_version", str),
+)
+
+
+class BaselineError(Exception):
+    """A baseline file that cannot be used; the message names the file and the line."""
+
+    def __init__(self, path: Path, line: int | None, problem: str, advice: str = "") -> None:
+        where = f"{path}:{line}" if line else str(path)
+        advice = advice or ("fix or delete it; the file was left unchanged (it is never "
+                            "written over, not even by --distperf-save)")
+        super().__init__(f"distperf: bad baseline file {where}: {problem}; {advice}")
+        self.path = path
+        self.line = line
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str]:
+    """``("tests/test_x.py", "TestA::test_b[1]")`` from a pytest node id."""
+    module, _, test = nodeid.partition("::")
+    return module, test or module
+
+
+def baseline_path(root: Path, nodeid: str) -> Path:
+    """The file holding the baselines of ``nodeid``'s module, under ``root``."""
+    module, _ = split_nodeid(nodeid)
+    parts = [("__" if p == ".." else p) for p in Path(module).parts if p not in ("/", ".")]
+    relative = Path(*parts) if parts else Path("tests")
+    return root / relative.with_suffix(".toml")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def environment_id(env: Environment) -> str:
+    """The key an environment's baselines live under, e.g.
+    ``gloo-cpu-w2-torch2.13.0-amd-epyc`` or ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100``.
+    """
+    return f"{env.key()}-{_slug(env.device_model)}"
+
+
+def _env_table(env: Environment) -> dict[str, Any]:
+    return {name: getattr(env, name) for name, _ in _ENV_FIELDS}
+
+
+def same_environment(stored: Mapping[str, Any], env: Environment) -> str:
+    """Empty when ``stored`` describes ``env``; else what differs."""
+    differences = []
+    for name, _ in _ENV_FIELDS:
+        mine, theirs = getattr(env, name), stored.get(name)
+        if name == "torch_version":  # the local build tag (+cpu, +cu124) is not compared
+            mine, theirs = str(mine).split("+")[0], str(theirs).split("+")[0]
+        if mine != theirs:
+            differences.append(f"{name} {theirs!r} there, {mine!r} here")
+    return "; ".join(differences)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredMetric:
+    """One metric's baseline: what the comparison needs (the rest of its table is for
+    reviewers and is recomputed from the samples)."""
+
+    unit: str
+    higher_is_better: bool
+    value: float
+    samples: tuple[float, ...] = ()
+    steal: float | None = None
+    wait: float | None = None
+    control: tuple[float, ...] = ()  # the host-speed control, one per sample, or ()
+    measurements: tuple[int, ...] = ()  # sizes of the pooled measurements (sum: len(samples))
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.unit == "fraction"
+
+    def parts(self) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+        """(samples, control) of each pooled measurement (all of them as one without sizes)."""
+        return split_parts(self.samples, self.control, self.measurements)
+
+
+def _round(value: float) -> float:
+    """Six significant digits: well below any noise, and short lines in the file."""
+    return float(f"{value:.6g}") if math.isfinite(value) else value
+
+
+def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
+    """The TOML table of one metric (keys in a fixed, readable order)."""
+    table: dict[str, Any] = {
+        "unit": metric.unit,
+        "higher_is_better": metric.higher_is_better,
+        "value": _round(metric.value),
+    }
+    if len(metric.samples) >= 1:
+        table["estimate"] = _round(estimate(metric.samples, metric.value,
+                                            metric.higher_is_better, metric.is_fraction))
+        table["median"] = _round(median_or_nan(metric.samples))
+        table["min"] = _round(min(metric.samples))
+        table["max"] = _round(max(metric.samples))
+        table["n"] = len(metric.samples)
+    if metric.steal is not None:
+        table["steal"] = round(metric.steal, 4)
+    if metric.wait is not None:
+        table["cpu_wait"] = round(metric.wait, 4)
+    table["samples"] = [_round(v) for v in metric.samples]
+    if metric.control:
+        table["control"] = [_round(v) for v in metric.control]
+    if len(metric.measurements) > 1:
+        table["measurements"] = list(metric.measurements)
+    return table
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BaselineFile:
+    """A parsed, validated baseline file."""
+
+    path: Path
+    data: dict[str, Any]
+
+    def environments(self) -> dict[str, dict[str, Any]]:
+        return dict(self.data.get("environments", {}))
+
+    def thresholds(self, env_id: str) -> dict[str, float]:
+        """The environment's ``thresholds`` table (threshold overrides and ``tolerance``)."""
+        table = self.data.get("environments", {}).get(env_id, {}).get("thresholds", {})
+        return {k: float(v) for k, v in table.items()}
+
+    def test_environments(self, test: str) -> list[str]:
+        return sorted(self.data.get("tests", {}).get(test, {}))
+
+    def metrics(self, test: str, env_id: str) -> dict[str, StoredMetric] | None:
+        entry = self.data.get("tests", {}).get(test, {}).get(env_id)
+        if entry is None:
+            return None
+        out = {}
+        for name, table in entry.get("metrics", {}).items():
+            out[name] = StoredMetric(
+                unit=table["unit"], higher_is_better=table["higher_is_better"],
+                value=float(table["value"]),
+                samples=tuple(float(v) for v in table.get("samples", ())),
+                steal=_opt_float(table.get("steal")), wait=_opt_float(table.get("cpu_wait")),
+                control=tuple(float(v) for v in table.get("control", ())),
+                measurements=tuple(int(v) for v in table.get("measurements", ())))
+        return out
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _line_of(text: str, keys: Sequence[str]) -> int | None:
+    """Best effort: the line where the key path ``keys`` appears (1-based)."""
+    lines = text.splitlines()
+    start, found = 0, None
+    for key in keys:
+        # the key as a whole dotted component of a header, or as an assignment
+        pattern = re.compile(r'(^|[.\[\s"])' + re.escape(key) + r'($|[.\]\s"=])')
+        for i in range(start, len(lines)):
+            if pattern.search(lines[i]):
+                found, start = i + 1, i  # the next key may sit on the same header line
+                break
+        else:
+            break
+    return found
+
+
+def load(path: Path) -> BaselineFile | None:
+    """The baseline file at ``path``; None when there is none; BaselineError when bad."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BaselineError(path, None, f"cannot be read ({exc.strerror or exc})") from None
+    return parse(path, raw)
+
+
+def parse(path: Path, raw: bytes) -> BaselineFile:
+    """Validate the bytes of a baseline file; BaselineError (file and line) when bad."""
+    if not raw.strip():
+        raise BaselineError(path, 1, "the file is empty (a baseline file starts with "
+                                     f"schema_version = {SCHEMA_VERSION})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(path, raw[: exc.start].count(b"\n") + 1, "not UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"line (\d+)", str(exc))
+        raise BaselineError(path, int(match.group(1)) if match else None,
+                            f"not valid TOML ({exc})") from None
+    _validate(path, text, data)
+    return BaselineFile(path, data)
+
+
+def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
+    def fail(keys: Sequence[str], problem: str, advice: str = "") -> BaselineError:
+        return BaselineError(path, _line_of(text, keys) or 1, problem, advice)
+
+    version = data.get("schema_version")
+    if version is None:
+        raise fail([], "not a pytest-distperf baseline file (no schema_version key)")
+    if not is_int(version):
+        raise fail(["schema_version"], f"schema_version must be an integer, got {version!r}")
+    if version < SCHEMA_VERSION:
+        raise fail(["schema_version"],
+                   f"stale schema version {version} (this pytest-distperf reads version "
+                   f"{SCHEMA_VERSION})",
+                   "move it aside and run with --distperf-save to write current baselines; "
+                   "the file was left unchanged")
+    if version > SCHEMA_VERSION:
+        raise fail(["schema_version"],
+                   f"schema version {version} was written by a newer pytest-distperf (this "
+                   f"one reads version {SCHEMA_VERSION})",
+                   "upgrade pytest-distperf; the file was left unchanged")
+    envs = data.get("environments", {})
+    if not isinstance(envs, dict):
+        raise fail(["environments"], "'environments' must be a table")
+    for env_id, env in envs.items():
+        if not isinstance(env, dict):
+            raise fail(["environments", env_id], f"environment {env_id!r} must be a table")
+        for name, kind in _ENV_FIELDS:
+            value = env.get(name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise fail(["environments", env_id],
+                           f"environment {env_id!r}: {name} must be a {kind.__name__}, "
+                           f"got {value!r}")
+        limits = env.get("thresholds", {})
+        if not isinstance(limits, dict):
+            raise fail(["environments", env_id, "thresholds"],
+                       f"environment {env_id!r}: thresholds must be a table")
+        for key, value in limits.items():
+            if key not in THRESHOLD_KEYS:
+                raise fail(["environments", env_id, "thresholds", key],
+                           f"environment {env_id!r}: unknown threshold {key!r} (valid: "
+                           f"{', '.join(THRESHOLD_KEYS)})")
+            if not _is_number(value) or not value >= 0:
+                raise fail(["environments", env_id, "thresholds", key],
+                           f"environment {env_id!r}: {key} must be a number >= 0, got {value!r}")
+    tests = data.get("tests", {})
+    if not isinstance(tests, dict):
+        raise fail(["tests"], "'tests' must be a table")
+    for test, per_env in tests.items():
+        if not isinstance(per_env, dict):
+            raise fail(["tests", test], f"test {test!r} must be a table of environments")
+        for env_id, entry in per_env.items():
+            where = [test, env_id]
+            if env_id not in envs:
+                raise fail(where, f"test {test!r} has results for environment {env_id!r}, "
+                                  "which is not described under [environments]")
+            metrics = entry.get("metrics") if isinstance(entry, dict) else None
+            if not isinstance(metrics, dict):
+                raise fail(where, f"test {test!r}, environment {env_id!r}: no metrics table")
+            for name, table in metrics.items():
+                _validate_metric(fail, [*where, name], f"{test} / {env_id} / {name}", table)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None:
+    if not isinstance(table, dict):
+        raise fail(keys, f"metric {label} must be a table")
+    if not isinstance(table.get("unit"), str):
+        raise fail([*keys, "unit"], f"metric {label}: unit must be a string")
+    if not isinstance(table.get("higher_is_better"), bool):
+        raise fail([*keys, "higher_is_better"],
+                   f"metric {label}: higher_is_better must be true or false")
+    if not _is_number(table.get("value")):
+        raise fail([*keys, "value"], f"metric {label}: value must be a finite number, "
+                                     f"got {table.get('value')!r}")
+    samples = table.get("samples", [])
+    if not isinstance(samples, list) or not all(_is_number(v) for v in samples):
+        raise fail([*keys, "samples"], f"metric {label}: samples must be a list of numbers")
+    for key in ("steal", "cpu_wait"):
+        if key in table and not _is_number(table[key]):
+            raise fail([*keys, key], f"metric {label}: {key} must be a number")
+    control = table.get("control")
+    if control is not None and (not isinstance(control, list) or len(control) != len(samples)
+                                or not all(_is_number(v) and v > 0 for v in control)):
+        raise fail([*keys, "control"], f"metric {label}: control must be a list of positive "
+                                       "numbers, one per sample")
+    sizes = table.get("measurements")
+    if sizes is not None and (not isinstance(sizes, list) or sum(sizes) != len(samples)
+                              or not all(isinstance(v, int) and v > 0 for v in sizes)):
+        raise fail([*keys, "measurements"], f"metric {label}: measurements must list the "
+                                            "sizes of the pooled measurements, adding up to "
+                                            "the number of samples")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SaveEntry:
+    """What one test measured in one environment, to be written as its baseline there."""
+
+    environment: Environment
+    metrics: Mapping[str, StoredMetric]
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on ``directory`` (flock on its descriptor: no lock files to commit).
+
+    Where there is no ``fcntl`` (Windows) saves are not serialised between processes.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
+              saved_at: str | None = None) -> None:
+    """Write ``test``'s baselines for the given environments into ``path``.
+
+    Read-merge-write under the folder's lock: other tests, other environments and every
+    environment's ``thresholds`` table are kept.  A file that cannot be read raises
+    BaselineError and is not touched.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = saved_at or datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    with _locked(path.parent):
+        current = load(path)
+        data: dict[str, Any] = dict(current.data) if current is not None else {}
+        data["schema_version"] = SCHEMA_VERSION
+        data["module"] = module
+        envs: dict[str, Any] = dict(data.get("environments", {}))
+        tests: dict[str, Any] = dict(data.get("tests", {}))
+        per_env: dict[str, Any] = dict(tests.get(test, {}))
+        for entry in entries:
+            env_id = environment_id(entry.environment)
+            table = _env_table(entry.environment)
+            if "thresholds" in envs.get(env_id, {}):
+                table["thresholds"] = envs[env_id]["thresholds"]
+            envs[env_id] = table
+            per_env[env_id] = {
+                "saved": stamp,
+                "metrics": {name: stored_metric_table(m)
+                            for name, m in sorted(entry.metrics.items())},
+            }
+        tests[test] = per_env
+        data["environments"] = envs
+        data["tests"] = tests
+        write_atomically(path, tomli_w.dumps(_sorted(data)))
+
+
+def _sorted(data: dict[str, Any]) -> dict[str, Any]:
+    """Stable ordering: the file's header keys first, then sorted environments and tests;
+    a metric table keeps its own readable order."""
+    out: dict[str, Any] = {"schema_version": data["schema_version"], "module": data["module"]}
+    for key in sorted(k for k in data if k not in ("schema_version", "module", "environments",
+                                                   "tests")):
+        out[key] = data[key]
+    out["environments"] = {
+        env_id: {**{k: v for k, v in env.items() if k != "thresholds"},
+                 **({"thresholds": dict(sorted(env["thresholds"].items()))}
+                    if "thresholds" in env else {})}
+        for env_id, env in sorted(data["environments"].items())
+    }
+    out["tests"] = {
+        test: {env_id: {"saved": entry.get("saved", ""),
+                        "metrics": dict(sorted(entry["metrics"].items()))}
+               for env_id, entry in sorted(per_env.items())}
+        for test, per_env in sorted(data["tests"].items())
+    }
+    return out
