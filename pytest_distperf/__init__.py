@@ -11,6 +11,7 @@ from typing import Any
 from pytest_distperf.collectives import OPS, WrongResultError
 from pytest_distperf.config import ConfigError, parse_size
 from pytest_distperf.launcher import RankError, RankTimeout
+from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import (
     Bottleneck,
     CollectiveResult,
@@ -53,6 +54,7 @@ __all__ = [
     "WrongResultError",
     "__version__",
     "parse_size",
+    "set_phase",
 ]
 
 

@@ -23,6 +23,7 @@ from pytest_distperf.records import (
     PairOutcome,
     PairRow,
     SizeOutcome,
+    gbps,
 )
 
 #: The ops of ``bench``, in the order the suite runs them.
@@ -149,7 +150,7 @@ def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,
         samples_us = tuple(max(col) for col in zip(*per_rank_us, strict=True))
         time_us = statistics.median(samples_us)
         size_bytes = count * spec.element_size
-        algbw = size_bytes / (time_us * 1e3) if time_us > 0 else 0.0  # bytes/us/1e3 = GB/s
+        algbw = gbps(size_bytes, time_us)
         wrong = sum(o.wrong for o in outcomes)
         first = next((o.first_wrong for o in outcomes if o.first_wrong), "")
         rows.append(CollectiveRow(label, size_bytes, count, time_us, algbw, algbw * factor,
@@ -189,7 +190,7 @@ def build_pairs(spec: BenchSpec, per_rank: Sequence[PairOutcome], *, backend: st
         us = tuple(s * 1e6 for s in samples[(src, dst)])
         t = statistics.median(us)
         size_bytes = spec.counts[0] * spec.element_size
-        rows.append(PairRow(src, dst, t, size_bytes / (t * 1e3) if t > 0 else 0.0,
+        rows.append(PairRow(src, dst, t, gbps(size_bytes, t),
                             wrong.get((src, dst), 0), us))
     return PairMatrix(len(per_rank), backend, device_type, spec.dtype, spec.labels[0],
                       spec.counts[0] * spec.element_size, spec.warmup, spec.iters, tuple(rows))

@@ -27,7 +27,7 @@ import tempfile
 import time
 import traceback
 from multiprocessing.connection import wait
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import cloudpickle
 
@@ -276,7 +276,14 @@ class RankPool:
         output = self._new_output(ranks)
         if not pending and not errors and not dead:
             return [results[r] for r in ranks]
-        stuck = sorted(pending)
+        self._fail(label, errors, dead, sorted(pending), output, time.monotonic() - start,
+                   timeout_s)
+
+    def _fail(self, label: str, errors: dict[int, str], dead: dict[int, str], stuck: list[int],
+              output: str, waited: float, timeout_s: float) -> NoReturn:
+        """Raise what went wrong in a call: RankTimeout when ranks only got stuck, RankError
+        otherwise; a pool with stuck or dead ranks is killed first."""
+        __tracebackhide__ = True
         parts: list[str] = []
         failed = tuple(sorted(set(errors) | set(dead) | set(stuck)))
         for rank in sorted(errors):
@@ -284,7 +291,6 @@ class RankPool:
         for rank in sorted(dead):
             parts.append(dead[rank])
         if stuck:
-            waited = time.monotonic() - start
             why = ("after another rank failed" if (errors or dead)
                    else f"within the timeout of {timeout_s:g} s")
             parts.insert(0, f"{label}: rank(s) {', '.join(map(str, stuck))} did not finish "

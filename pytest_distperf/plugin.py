@@ -289,7 +289,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def nccl_group(request: pytest.FixtureRequest) -> Any:
     """A live process group of ``--gpus`` ranks (or the marker's ``world_size``), kept for the
     session: ``run(fn, *args, **kwargs)`` on every rank, ``bench(op, sizes)``."""
-    return make_group(request)
+    return make_group(request)[0]
 
 
 @pytest.fixture

@@ -234,6 +234,12 @@ class MeasureResult:
                        control=self.control)]
 
 
+def gbps(nbytes: float, time_us: float) -> float:
+    """Bytes moved in ``time_us`` microseconds as GB/s (1e9 bytes per second): nccl-tests'
+    algbw; 0.0 for no time."""
+    return nbytes / (time_us * 1e3) if time_us > 0 else 0.0
+
+
 def _band(samples: Sequence[float], center: float) -> float:
     """(p90 - p10) / ``center``; 0.0 when there is nothing to spread."""
     if not samples or not center > 0:
@@ -343,8 +349,7 @@ class CollectiveResult:
                 out.append(Metric("barrier.time_us", row.time_us, "us", False, row.samples_us,
                                   world_size=self.world_size))
                 continue
-            samples = tuple(row.size_bytes * self.bus_factor / (t * 1e3) if t > 0 else 0.0
-                            for t in row.samples_us)
+            samples = tuple(gbps(row.size_bytes, t) * self.bus_factor for t in row.samples_us)
             out.append(Metric(f"{self.op}.{row.label}.busbw_gbps", row.busbw_gbps, "GB/s", True,
                               samples, world_size=self.world_size))
         return out
@@ -428,7 +433,7 @@ class PairMatrix:
         better), so that a degraded link fails against its baseline."""
         if not self.pairs:
             return []
-        per_iter = [min(self.size_bytes / (p.samples_us[i] * 1e3) for p in self.pairs)
+        per_iter = [min(gbps(self.size_bytes, p.samples_us[i]) for p in self.pairs)
                     for i in range(min(len(p.samples_us) for p in self.pairs))]
         value = min(p.busbw_gbps for p in self.pairs)
         return [Metric(f"pairs.{self.label}.min_busbw_gbps", value, "GB/s", True,

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from pytest_distperf import traces as T
-from pytest_distperf.records import ProfileReport, from_dict, to_dict
+from pytest_distperf.analyzer import analyze_steps
+from pytest_distperf.records import ProfileReport, RankStep, from_dict, to_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -500,3 +501,27 @@ def test_real_trace_with_a_collective_removed_is_a_desync(
     desync = T.analyse([real_traces[0], rank1]).desync
     assert "collective #4" in desync and "rank 0: broadcast" in desync
     assert "rank 1: nothing" in desync
+
+
+# -- one set of rules ---------------------------------------------------------------------
+def _rank(rank: int, no_sync: float) -> RankStep:
+    steps = tuple(no_sync * (1 + 0.01 * k) for k in range(8))
+    return RankStep(rank=rank, batch_size=8, forward_s=steps, backward_s=steps,
+                    optimizer_s=steps, step_s=steps, no_sync_step_s=steps)
+
+
+def test_step_timer_and_profiler_find_an_imbalance_in_the_same_words() -> None:
+    timing = analyze_steps([_rank(0, 0.010), _rank(1, 0.040)])
+    profile = T.analyse([
+        nccl_trace(0, comms=[("all_reduce", 1 << 20, 200, 620)], compute=[(0, 200)]),
+        nccl_trace(1, comms=[("all_reduce", 1 << 20, 800, 20)], compute=[(0, 800)])])
+    for found in (timing.bottlenecks, profile.bottlenecks):
+        (imbalance,) = [b for b in found if b.kind == "imbalance"]
+        (straggler,) = [b for b in found if b.kind == "straggler"]
+        assert imbalance.description.startswith("per-rank compute differs by ")
+        assert "straggler: rank 1" in imbalance.description
+        assert straggler.description.startswith("rank 1 computes ")
+        assert straggler.ranks == (1,)
+    step_text = next(b.description for b in timing.bottlenecks if b.kind == "imbalance")
+    profile_text = next(b.description for b in profile.bottlenecks if b.kind == "imbalance")
+    assert " per step" in step_text and " per step" not in profile_text

@@ -8,6 +8,7 @@ benchmarks/verdict_quality.py.
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -15,6 +16,11 @@ import pytest
 import tomli_w
 
 from pytest_distperf import verdict as bl
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -54,7 +60,7 @@ def _make_murky(path: Path) -> None:
     """Rewrite test_murky's stored samples: a fast estimate, yet most samples far slower, so
     that a normal run is past the line but not statistically clear: inconclusive.  The
     stored control goes: such a baseline is judged by the plain rule."""
-    data = bl.tomllib.loads(path.read_text())
+    data = tomllib.loads(path.read_text())
     (entry,) = data["tests"]["test_murky"].values()
     table = entry["metrics"]["murky.time_s"]
     table["samples"] = [0.005] * 5 + [1.0] * 15
@@ -72,7 +78,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 4 saved*"])
-    data = bl.tomllib.loads(stored.read_text())
+    data = tomllib.loads(stored.read_text())
     assert data["schema_version"] == bl.SCHEMA_VERSION
     (env_id,) = data["environments"]
     assert env_id.startswith("gloo-cpu-w2-torch")
@@ -177,7 +183,7 @@ def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytes
     result = pytester.runpytest_subprocess(*RUN, "--distperf-save", "-n", "3")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 3 saved*"])
-    data = bl.tomllib.loads((pytester.path / "perf_baselines" / "test_many.toml").read_text())
+    data = tomllib.loads((pytester.path / "perf_baselines" / "test_many.toml").read_text())
     assert sorted(data["tests"]) == sorted(f"test_it[{i}]" for i in range(3))
     for i in range(3):
         (entry,) = data["tests"][f"test_it[{i}]"].values()
@@ -208,7 +214,7 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
     """))
     result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
     result.assert_outcomes(passed=1)
-    data = bl.tomllib.loads((pytester.path / "perf_baselines" / "test_work.toml").read_text())
+    data = tomllib.loads((pytester.path / "perf_baselines" / "test_work.toml").read_text())
     (entry,) = data["tests"]["test_work"].values()
     table = entry["metrics"]["work.time_s"]
     # the quiet ones of the save's measurements, pooled (the noise probe may drop a few)
@@ -227,3 +233,42 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
     assert verdict["change"] > 0.5  # twice the work: about +100%
     assert verdict["host_change"] is not None
     assert 0.0 <= verdict["control_slope"] <= 1.0
+
+
+UNEVEN = textwrap.dedent("""
+    import time
+
+    import pytest
+    import torch.distributed as dist
+
+
+    def uneven():
+        time.sleep(0.01 if dist.get_rank() == 0 else 0.04)  # rank 1 is made 4x slower
+
+
+    @pytest.mark.distperf(tolerance=5.0)  # the verdict is not what this test is about
+    def test_uneven(dist_profiler):
+        report = dist_profiler(uneven)
+        print("FINDINGS", sorted(b.kind for b in report.bottlenecks))
+""")
+
+
+def test_the_baseline_files_limits_reach_the_fixtures_findings(pytester: pytest.Pytester) -> None:
+    """One table of limits per test: a threshold set for this environment in the baseline
+    file changes what the fixture's analysis finds, as it changes the breach check."""
+    pytester.makepyfile(test_uneven=UNEVEN)
+    saved = pytester.runpytest_subprocess(*RUN, "-s", "--distperf-save")
+    # default limits: rank 1's 4x slowness is an imbalance finding and a breach
+    saved.assert_outcomes(failed=1)
+    saved.stdout.fnmatch_lines(["FINDINGS *'imbalance'*",
+                                "*profile.imbalance = * exceeds max_imbalance = 0.100*"])
+    path = pytester.path / "perf_baselines" / "test_uneven.toml"
+    data = tomllib.loads(path.read_text())
+    (env_id,) = data["environments"]
+    data["environments"][env_id]["thresholds"] = {"max_imbalance": 1e6}
+    path.write_text(tomli_w.dumps(data))
+
+    compared = pytester.runpytest_subprocess(*RUN, "-s")
+    compared.assert_outcomes(passed=1)
+    findings = next(line for line in compared.outlines if line.startswith("FINDINGS"))
+    assert "imbalance" not in findings and "straggler" not in findings

@@ -92,6 +92,8 @@ def main(
     parent_pid: int,
     timeout_s: float,
 ) -> None:
+    """The rank process: guard, join the group, serve the controller's calls until told to
+    stop (or the controller goes away)."""
     global _phase_buffer
     _phase_buffer = phase_buffer
     _die_with_parent(parent_pid)
@@ -103,7 +105,16 @@ def main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     stacks = open(stack_file, "w")  # noqa: SIM115 - stays open for faulthandler
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    _join(rank, world_size, backend, store_port, device_index, threads, timeout_s)
+    conn.send_bytes(cloudpickle.dumps(("ready", describe(rank, backend, device_index))))
+    set_phase("idle")
+    _serve(conn, rank, world_size)
 
+
+def _join(rank: int, world_size: int, backend: str, store_port: int,
+          device_index: int | None, threads: int, timeout_s: float) -> None:
+    """Limit the threads, import torch, and join the process group through the controller's
+    store (a client of the TCPStore the controller bound to 127.0.0.1)."""
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
@@ -129,10 +140,13 @@ def main(
     dist.init_process_group(
         backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
     )
-    subgroups: dict[int, Any] = {world_size: None}
-    conn.send_bytes(cloudpickle.dumps(("ready", describe(rank, backend, device_index))))
-    set_phase("idle")
 
+
+def _serve(conn: Any, rank: int, world_size: int) -> None:
+    """The command loop (see the protocol in the module's docstring)."""
+    import torch.distributed as dist
+
+    subgroups: dict[int, Any] = {world_size: None}
     while True:
         try:
             message = cloudpickle.loads(conn.recv_bytes())

@@ -62,60 +62,9 @@ def merge_traces(traces: Sequence[Mapping[str, Any]],
     out: list[dict[str, Any]] = []
     infos: list[dict[str, Any]] = []
     for index, (rank, trace, base) in enumerate(zip(ranks, traces, bases, strict=True)):
-        shift_us = (base - common) / 1000.0
-        events = trace_events(trace)
-        host = _host_pid(events)
-        names = _timeline_names(events)
-        extra_tids: dict[tuple[Any, Any], int] = {}
-
-        def tid_for(pid: Any, tid: Any, _host: Any = host,
-                    _extra: dict[tuple[Any, Any], int] = extra_tids) -> Any:
-            if pid == _host and isinstance(tid, int):
-                return tid
-            key = (pid, tid)
-            if key not in _extra:
-                _extra[key] = _EXTRA_TID_BASE + len(_extra)
-            return _extra[key]
-
-        for event in events:
-            ph = event.get("ph")
-            pid, tid = event.get("pid"), event.get("tid")
-            if ph == "M":
-                if event.get("name") in ("process_name", "process_labels",
-                                         "process_sort_index"):
-                    continue  # replaced by this rank's own below
-                if pid != host:
-                    continue  # extra timelines get their names below
-            new = dict(event)
-            new["pid"] = rank
-            new["tid"] = tid_for(pid, tid)
-            if ph != "M" and isinstance(new.get("ts"), (int, float)):
-                new["ts"] = new["ts"] + shift_us
-            for key in ("id", "bind_id"):
-                if key in new:
-                    new[key] = _unique_id(new[key], index, len(traces))
-            if isinstance(new.get("id2"), dict) and "global" in new["id2"]:
-                new["id2"] = {"global": _unique_id(new["id2"]["global"], index, len(traces))}
-            if ph in ("i", "I") and new.get("s") == "g":
-                new["s"] = "p"
-            out.append(new)
-        info = {"rank": rank, "host_pid": host, "host_name": trace.get("host_name", ""),
-                "baseTimeNanoseconds": base}
-        for key in ("distributedInfo", "deviceProperties", "traceName"):
-            if key in trace:
-                info[key] = trace[key]
+        events, info = _one_rank(trace, rank, index, len(traces), base, common)
+        out.extend(events)
         infos.append(info)
-        label = f"rank {rank}"
-        if host is not None:
-            label += f" (pid {host}" + (f" on {info['host_name']})" if info["host_name"] else ")")
-        out.append(_meta("process_name", rank, 0, {"name": f"rank {rank}"}))
-        out.append(_meta("process_labels", rank, 0, {"labels": label}))
-        out.append(_meta("process_sort_index", rank, 0, {"sort_index": rank}))
-        for (pid, tid), new_tid in extra_tids.items():
-            name = " ".join(p for p in (names.get((pid, None), str(pid)),
-                                        names.get((pid, tid), str(tid))) if p) or "profiler"
-            out.append(_meta("thread_name", rank, new_tid, {"name": name}))
-            out.append(_meta("thread_sort_index", rank, new_tid, {"sort_index": new_tid}))
     return {
         "schemaVersion": 1,
         "displayTimeUnit": "ms",
@@ -123,6 +72,64 @@ def merge_traces(traces: Sequence[Mapping[str, Any]],
         "traceEvents": out,
         "distperf": {"ranks": infos},
     }
+
+
+def _one_rank(trace: Mapping[str, Any], rank: int, index: int, count: int, base: int,
+              common: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One rank's events as process ``rank`` of the merged trace (shifted onto the common
+    base, ids made unique by ``index`` of ``count``), and what the merge notes about it."""
+    shift_us = (base - common) / 1000.0
+    events = trace_events(trace)
+    host = _host_pid(events)
+    names = _timeline_names(events)
+    extra_tids: dict[tuple[Any, Any], int] = {}
+
+    def tid_for(pid: Any, tid: Any) -> Any:
+        if pid == host and isinstance(tid, int):
+            return tid
+        if (pid, tid) not in extra_tids:
+            extra_tids[(pid, tid)] = _EXTRA_TID_BASE + len(extra_tids)
+        return extra_tids[(pid, tid)]
+
+    out: list[dict[str, Any]] = []
+    for event in events:
+        ph = event.get("ph")
+        pid, tid = event.get("pid"), event.get("tid")
+        if ph == "M":
+            if event.get("name") in ("process_name", "process_labels", "process_sort_index"):
+                continue  # replaced by this rank's own below
+            if pid != host:
+                continue  # extra timelines get their names below
+        new = dict(event)
+        new["pid"] = rank
+        new["tid"] = tid_for(pid, tid)
+        if ph != "M" and isinstance(new.get("ts"), (int, float)):
+            new["ts"] = new["ts"] + shift_us
+        for key in ("id", "bind_id"):
+            if key in new:
+                new[key] = _unique_id(new[key], index, count)
+        if isinstance(new.get("id2"), dict) and "global" in new["id2"]:
+            new["id2"] = {"global": _unique_id(new["id2"]["global"], index, count)}
+        if ph in ("i", "I") and new.get("s") == "g":
+            new["s"] = "p"
+        out.append(new)
+    info = {"rank": rank, "host_pid": host, "host_name": trace.get("host_name", ""),
+            "baseTimeNanoseconds": base}
+    for key in ("distributedInfo", "deviceProperties", "traceName"):
+        if key in trace:
+            info[key] = trace[key]
+    label = f"rank {rank}"
+    if host is not None:
+        label += f" (pid {host}" + (f" on {info['host_name']})" if info["host_name"] else ")")
+    out.append(_meta("process_name", rank, 0, {"name": f"rank {rank}"}))
+    out.append(_meta("process_labels", rank, 0, {"labels": label}))
+    out.append(_meta("process_sort_index", rank, 0, {"sort_index": rank}))
+    for (pid, tid), new_tid in extra_tids.items():
+        name = " ".join(p for p in (names.get((pid, None), str(pid)),
+                                    names.get((pid, tid), str(tid))) if p) or "profiler"
+        out.append(_meta("thread_name", rank, new_tid, {"name": name}))
+        out.append(_meta("thread_sort_index", rank, new_tid, {"sort_index": new_tid}))
+    return out, info
 
 
 def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
