@@ -124,8 +124,8 @@ def communication_bottlenecks(comm_overhead: float, span_s: float, comm_time_s: 
             and comm_overhead >= max(limit / 2, NOTICEABLE_COMM)):
         out.append(Bottleneck(
             "low_overlap", severity(overlap, MIN_OVERLAP, higher_is_worse=False), (),
-            f"only {overlap:.0%} of the {ms(comm_time_s)} of communication{span.per}{where} "
-            f"is hidden behind computation", GENERIC_SUGGESTIONS["low_overlap"],
+            f"only {overlap:.0%} of the {ms(comm_time_s)} of communication{span.per} is "
+            f"hidden behind computation{where}", GENERIC_SUGGESTIONS["low_overlap"],
             overlap, MIN_OVERLAP))
     return out
 

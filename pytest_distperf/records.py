@@ -100,7 +100,7 @@ class Metric:
     ``max_imbalance``, ``min_scaling_efficiency``) or is empty; ``ranks`` are the ranks a
     breach concerns (stragglers); ``hint`` is what to do about a breach; ``control``, for a
     time measured on CPU ranks, holds per sample the time of the host-speed control run right
-    after it (:mod:`pytest_distperf.timing`), with which the verdict takes the host's speed
+    after it (:mod:`pytest_distperf.rank.clock`), with which the verdict takes the host's speed
     out.
     """
 

@@ -15,12 +15,12 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
 4. Evidence: it is a *regression* only when the best of those windows is still past the
    line, a one-sided Mann-Whitney U test of the better halves of the samples says current is
    slower than the baseline at ``ALPHA``, and that window was quiet: the noise probe
-   (:mod:`pytest_distperf.noise`: host steal, CPU wait of the ranks) under its limits and
+   (:mod:`pytest_distperf.verdict.noise`: host steal, CPU wait of the ranks) under its limits and
    the sample spread under ``SPREAD_LIMIT``.  Past the line but never quiet or never
    significant: *inconclusive*, with the figures.
 
 Times with a host-speed control (``measure()`` on CPU ranks: every sample has the time of a
-fixed piece of work run right after it on all ranks, :mod:`pytest_distperf.timing`) are
+fixed piece of work run right after it on all ranks, :mod:`pytest_distperf.rank.clock`) are
 judged after taking out the part of their variation that follows the control (an analysis
 of covariance, as CUPED does for A/B tests):
 
