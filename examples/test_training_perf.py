@@ -40,9 +40,9 @@ def make_model() -> nn.Module:
 
 
 def make_batch(rank: int) -> torch.Tensor:
-    """This rank's input: 64 samples, different on every rank."""
+    """This rank's input: 256 samples, different on every rank."""
     generator = torch.Generator().manual_seed(1000 + rank)
-    return torch.randn(64, FEATURES, generator=generator)
+    return torch.randn(256, FEATURES, generator=generator)
 
 
 def test_group_is_consistent(nccl_group):

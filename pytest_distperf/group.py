@@ -130,8 +130,8 @@ class DistGroup:
         def once() -> MeasureResult:
             per_rank = self.call(measure_on_rank, (fn, args, kwargs, warmup, iters, control),
                                  {}, label)
-            return MeasureResult.from_per_rank(name, [r[0] for r in per_rank],
-                                               [r[1] for r in per_rank])
+            return MeasureResult.from_per_rank(name, [r.samples for r in per_rank],
+                                               [r.control for r in per_rank])
 
         result = once()
         self.record(label, result.metrics(), result, lambda: once().metrics())

@@ -114,8 +114,8 @@ class DistProfiler:
             (fn, args, kwargs, self.warmup, self.record_shapes, self.with_stack,
              self.profile_memory),
             {}, label, world_size=size)
-        traces = [load_trace(zlib.decompress(blob)) for blob, _ in replies]
-        results = [result for _, result in replies]
+        traces = [load_trace(zlib.decompress(reply.trace)) for reply in replies]
+        results = [reply.result for reply in replies]
         if path is not None:
             write_trace(path, merge_traces(traces))
             sys.stdout.write(f"distperf: merged trace of {len(traces)} ranks written to "

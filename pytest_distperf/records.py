@@ -204,6 +204,15 @@ class TestRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RankTimes:
+    """One rank's reply to ``measure()``: seconds per timed iteration, and of the host-speed
+    control after each (empty without one)."""
+
+    samples: tuple[float, ...]
+    control: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class MeasureResult:
     """What :meth:`DistGroup.measure` measured: per-rank samples and the per-iteration max."""
 
@@ -653,6 +662,15 @@ class ScalingResult:
 #: Name of the annotation the rank puts around the profiled call (the region the trace
 #: analysis measures).
 PROFILED_REGION = "distperf:profiled_call"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankTrace:
+    """One rank's reply to ``dist_profiler``: its Chrome trace JSON, zlib-compressed, and
+    what the profiled function returned there."""
+
+    trace: bytes
+    result: Any = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

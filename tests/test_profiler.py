@@ -14,7 +14,7 @@ import pytest
 
 from pytest_distperf.profiler import DistProfiler
 from pytest_distperf.rank.profile import profile_on_rank
-from pytest_distperf.records import Metric, ProfileReport
+from pytest_distperf.records import Metric, ProfileReport, RankTrace
 from pytest_distperf.traces import REGION_NAME, DesyncError
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -173,8 +173,8 @@ class StandInGroup:
              world_size: int | None = None) -> list[Any]:
         self.calls.append((fn, label, world_size))
         size = world_size or self.world_size
-        return [(zlib.compress(json.dumps(_trace(r, self.per_rank[r])).encode()), r * 10)
-                for r in range(size)]
+        return [RankTrace(zlib.compress(json.dumps(_trace(r, self.per_rank[r])).encode()),
+                          r * 10) for r in range(size)]
 
     def record(self, label: str, metrics: Sequence[Metric], result: Any = None,
                remeasure: Callable[[], Any] | None = None) -> None:

@@ -450,8 +450,8 @@ def real_traces() -> Iterator[list[dict[str, Any]]]:
                                2, "profile")
     finally:
         pool.close()
-    assert [result for _, result in replies] == [0, 1]
-    yield [T.load_trace(zlib.decompress(blob)) for blob, _ in replies]
+    assert [reply.result for reply in replies] == [0, 1]
+    yield [T.load_trace(zlib.decompress(reply.trace)) for reply in replies]
 
 
 def test_real_gloo_trace_is_read_through_c10d_ops(real_traces: list[dict[str, Any]]) -> None:

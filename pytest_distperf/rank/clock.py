@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.records import RankTimes
 
 #: The control's work: CONTROL_REPS products of two CONTROL_N x CONTROL_N float32 matrices.
 #: Never change these without a new baseline: the control is compared with the stored one.
@@ -141,8 +142,8 @@ def time_with_control(fn: Callable[[], Any], *, warmup: int, iters: int, phase: 
 
 
 def measure_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                    warmup: int, iters: int,
-                    control: bool = True) -> tuple[list[float], list[float]]:
-    """What :meth:`DistGroup.measure` runs on every rank: (samples, control samples)."""
-    return time_with_control(lambda: fn(*args, **kwargs), warmup=warmup, iters=iters,
-                             control=control)
+                    warmup: int, iters: int, control: bool = True) -> RankTimes:
+    """What :meth:`DistGroup.measure` runs on every rank."""
+    samples, controls = time_with_control(lambda: fn(*args, **kwargs), warmup=warmup,
+                                          iters=iters, control=control)
+    return RankTimes(tuple(samples), tuple(controls))

@@ -225,9 +225,9 @@ def _measure(spec: StepSpec) -> RankStep:
             times, buckets = _timed_step(built, sync, k, spec.steps)
             if not sync:
                 no_sync_s.append(times[3])
-                continue
-            phases.append(times)
-            if built.timer is not None:
+            else:
+                phases.append(times)
+            if sync and built.timer is not None:
                 calls = [CommCall("all_reduce", nbytes, seconds, rank, k, index, start)
                          for index, nbytes, start, seconds in buckets]
                 comm.extend(calls)

@@ -14,18 +14,17 @@ from typing import Any
 
 from pytest_distperf.rank.clock import Clock
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import PROFILED_REGION
+from pytest_distperf.records import PROFILED_REGION, RankTrace
 
 
 def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     warmup: int, record_shapes: bool, with_stack: bool,
-                    profile_memory: bool) -> tuple[bytes, Any]:
+                    profile_memory: bool) -> RankTrace:
     """What every rank runs: ``warmup`` plain calls, a barrier, one call under the profiler.
 
     The profiled call is wrapped in a ``distperf:profiled_call`` annotation (the region the
     analysis measures); on CUDA the device is synchronised inside it so that the region covers
-    the kernels the call launched.  Returns (zlib-compressed Chrome trace JSON, ``fn``'s
-    result).
+    the kernels the call launched.
     """
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -52,4 +51,4 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
         prof.export_chrome_trace(path)
         with open(path, "rb") as f:
             data = f.read()
-    return zlib.compress(data, 1), result
+    return RankTrace(zlib.compress(data, 1), result)
