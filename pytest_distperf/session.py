@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -36,17 +36,11 @@ from pytest_distperf.records import (
     TestRecord,
 )
 from pytest_distperf.verdict import noise
-from pytest_distperf.verdict.judgement import Remeasured, Save, make_judgement, settle
-from pytest_distperf.verdict.store import (
-    BaselineError,
-    BaselineFile,
-    baseline_path,
-    environment_id,
-    load,
-    save_test,
-    split_nodeid,
-)
 from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
+
+if TYPE_CHECKING:  # the verdict's rule and store need numpy: imported where they are used
+    from pytest_distperf.verdict.judgement import Remeasured
+    from pytest_distperf.verdict.store import BaselineFile
 
 SESSION_KEY = pytest.StashKey["DistperfSession"]()
 RECORD_KEY = pytest.StashKey[TestRecord]()
@@ -245,6 +239,8 @@ class DistperfSession:
     def baseline_file(self, nodeid: str) -> BaselineFile | None:
         """The parsed baseline file of ``nodeid``'s module (None when there is none yet);
         BaselineError when it cannot be read.  Read once per session."""
+        from pytest_distperf.verdict.store import baseline_path, load
+
         path = baseline_path(self.baselines_root, nodeid)
         if path not in self._baseline_files:
             self._baseline_files[path] = load(path)
@@ -253,6 +249,8 @@ class DistperfSession:
     def limits_for(self, item: pytest.Item, world_size: int) -> TestLimits:
         """The test's limits, resolved on first use and kept for the test (ConfigError for
         a bad marker)."""
+        from pytest_distperf.verdict.store import BaselineError, environment_id
+
         limits = item.stash.get(LIMITS_KEY, None)
         if limits is not None:
             return limits
@@ -319,6 +317,13 @@ class DistperfSession:
         depends on the size of the run.
         """
         from pytest_distperf import report
+        from pytest_distperf.verdict.judgement import Save, make_judgement, settle
+        from pytest_distperf.verdict.store import (
+            BaselineError,
+            baseline_path,
+            save_test,
+            split_nodeid,
+        )
 
         module, test = split_nodeid(item.nodeid)
         judgement = None

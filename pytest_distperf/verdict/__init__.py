@@ -16,59 +16,69 @@ The rule: no torch, no pytest; everything here works on records
 
 from __future__ import annotations
 
-from pytest_distperf.records import (
-    IMPROVED,
-    INCONCLUSIVE,
-    NO_BASELINE,
-    NOT_COMPARABLE,
-    REGRESSED,
-    SAVED,
-    UNCHANGED,
-    VERDICT_ORDER,
-)
-from pytest_distperf.verdict.judgement import (
-    Comparison,
-    Judgement,
-    Save,
-    make_judgement,
-    settle,
-)
-from pytest_distperf.verdict.noise import NoiseFigures
-from pytest_distperf.verdict.rule import (
-    ALPHA,
-    CONFIRM_PAUSES_S,
-    CONFIRM_ROUNDS,
-    CONFIRMATIONS,
-    CONTROL_PAUSE_S,
-    CONTROL_SCREEN_FRACTION,
-    CONTROL_WINDOWS,
-    DECISION_FRACTION,
-    MAX_ROUNDS,
-    NOISY_BACKOFF_S,
-    SAVE_MAX_WINDOWS,
-    SAVE_PAUSE_S,
-    SAVE_WINDOWS,
-    Assessment,
-    Window,
-    assess,
-    control_slope,
-    controlled,
-    decide,
-)
-from pytest_distperf.verdict.stats import estimate, mann_whitney_greater, spread
-from pytest_distperf.verdict.store import (
-    SCHEMA_VERSION,
-    BaselineError,
-    BaselineFile,
-    SaveEntry,
-    StoredMetric,
-    baseline_path,
-    environment_id,
-    load,
-    save_test,
-    split_nodeid,
-)
-from pytest_distperf.verdict.thresholds import Breach, check_thresholds, resolve_thresholds
+import importlib
+from typing import Any
+
+# Re-exported on first use (PEP 562): the plugin loads in every pytest run, and the rule and
+# the statistics need numpy, which a run that judges nothing should not pay for.
+_EXPORTS = {
+    # records
+    "IMPROVED": "pytest_distperf.records",
+    "INCONCLUSIVE": "pytest_distperf.records",
+    "NO_BASELINE": "pytest_distperf.records",
+    "NOT_COMPARABLE": "pytest_distperf.records",
+    "REGRESSED": "pytest_distperf.records",
+    "SAVED": "pytest_distperf.records",
+    "UNCHANGED": "pytest_distperf.records",
+    "VERDICT_ORDER": "pytest_distperf.records",
+    # judgement
+    "Comparison": "pytest_distperf.verdict.judgement",
+    "Judgement": "pytest_distperf.verdict.judgement",
+    "Save": "pytest_distperf.verdict.judgement",
+    "make_judgement": "pytest_distperf.verdict.judgement",
+    "settle": "pytest_distperf.verdict.judgement",
+    # noise
+    "NoiseFigures": "pytest_distperf.verdict.noise",
+    # rule
+    "ALPHA": "pytest_distperf.verdict.rule",
+    "CONFIRM_PAUSES_S": "pytest_distperf.verdict.rule",
+    "CONFIRM_ROUNDS": "pytest_distperf.verdict.rule",
+    "CONFIRMATIONS": "pytest_distperf.verdict.rule",
+    "CONTROL_PAUSE_S": "pytest_distperf.verdict.rule",
+    "CONTROL_SCREEN_FRACTION": "pytest_distperf.verdict.rule",
+    "CONTROL_WINDOWS": "pytest_distperf.verdict.rule",
+    "DECISION_FRACTION": "pytest_distperf.verdict.rule",
+    "MAX_ROUNDS": "pytest_distperf.verdict.rule",
+    "NOISY_BACKOFF_S": "pytest_distperf.verdict.rule",
+    "SAVE_MAX_WINDOWS": "pytest_distperf.verdict.rule",
+    "SAVE_PAUSE_S": "pytest_distperf.verdict.rule",
+    "SAVE_WINDOWS": "pytest_distperf.verdict.rule",
+    "Assessment": "pytest_distperf.verdict.rule",
+    "Window": "pytest_distperf.verdict.rule",
+    "assess": "pytest_distperf.verdict.rule",
+    "control_slope": "pytest_distperf.verdict.rule",
+    "controlled": "pytest_distperf.verdict.rule",
+    "decide": "pytest_distperf.verdict.rule",
+    # stats
+    "estimate": "pytest_distperf.verdict.stats",
+    "mann_whitney_greater": "pytest_distperf.verdict.stats",
+    "spread": "pytest_distperf.verdict.stats",
+    # store
+    "SCHEMA_VERSION": "pytest_distperf.verdict.store",
+    "BaselineError": "pytest_distperf.verdict.store",
+    "BaselineFile": "pytest_distperf.verdict.store",
+    "SaveEntry": "pytest_distperf.verdict.store",
+    "StoredMetric": "pytest_distperf.verdict.store",
+    "baseline_path": "pytest_distperf.verdict.store",
+    "environment_id": "pytest_distperf.verdict.store",
+    "load": "pytest_distperf.verdict.store",
+    "save_test": "pytest_distperf.verdict.store",
+    "split_nodeid": "pytest_distperf.verdict.store",
+    # thresholds
+    "Breach": "pytest_distperf.verdict.thresholds",
+    "check_thresholds": "pytest_distperf.verdict.thresholds",
+    "resolve_thresholds": "pytest_distperf.verdict.thresholds",
+}
 
 __all__ = [
     "ALPHA",
@@ -121,3 +131,9 @@ __all__ = [
     "split_nodeid",
     "spread",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pytest_distperf.verdict' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
