@@ -185,6 +185,36 @@ class Measurement:
         default=None, repr=False, compare=False, metadata={"transient": True})
 
 
+def distinct(measurement: Measurement, earlier: Sequence[Measurement]) -> Measurement:
+    """``measurement`` with a label and metric names that no ``earlier`` measurement of the
+    test used: a repeat gets ``#2``, ``#3``, ... (``bench(all_reduce)#2``,
+    ``all_reduce.16MiB.busbw_gbps#2``), and its re-measurement is renamed the same way, so
+    that every measurement is judged and confirmed on its own.  The names depend only on the
+    order of the calls in the test, so they are stable from run to run."""
+    labels = {m.label for m in earlier}
+    names = {x.name for m in earlier for x in m.metrics}
+    label = _first_free(measurement.label, labels)
+    renamed = {x.name: _first_free(x.name, names) for x in measurement.metrics}
+    if label == measurement.label and all(k == v for k, v in renamed.items()):
+        return measurement
+
+    def rename(metrics: Sequence[Metric]) -> list[Metric]:
+        return [dataclasses.replace(x, name=renamed.get(x.name, x.name)) for x in metrics]
+
+    remeasure = measurement.remeasure
+    again = None if remeasure is None else (lambda: rename(remeasure()))
+    return Measurement(label, tuple(rename(measurement.metrics)), measurement.result, again)
+
+
+def _first_free(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name}#{n}" in taken:
+        n += 1
+    return f"{name}#{n}"
+
+
 @dataclasses.dataclass(slots=True)
 class TestRecord:
     """What one test measured and how it was judged (filled in while the test runs)."""

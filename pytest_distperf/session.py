@@ -34,6 +34,7 @@ from pytest_distperf.records import (
     Measurement,
     Metric,
     TestRecord,
+    distinct,
 )
 from pytest_distperf.verdict import noise
 from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
@@ -229,8 +230,10 @@ class DistperfSession:
 
     def add_measurement(self, item: pytest.Item, world_size: int,
                         measurement: Measurement) -> None:
-        """A fixture's measurement, recorded under the test for its verdict."""
-        self.record_for(item, world_size).measurements.append(measurement)
+        """A fixture's measurement, recorded under the test for its verdict (a repeated
+        label or metric name gets ``#2``, ... : :func:`~pytest_distperf.records.distinct`)."""
+        record = self.record_for(item, world_size)
+        record.measurements.append(distinct(measurement, record.measurements))
 
     @property
     def baselines_root(self) -> Path:

@@ -5,6 +5,7 @@ Pure: no torch, no ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -45,3 +46,24 @@ def test_interval_arithmetic() -> None:
     assert clip_intervals(merge_intervals(spans), 2.0, 6.0) == [(2.0, 3.0), (5.0, 6.0)]
     assert intersection_length([(0.0, 3.0), (5.0, 7.0)], [(2.0, 6.0)]) == 2.0
     assert union_length([]) == 0.0
+
+
+def test_a_repeated_measurement_gets_its_own_label_and_metric_names() -> None:
+    from pytest_distperf.records import Measurement, Metric, distinct
+
+    def bench(size: str, value: float) -> Measurement:
+        metric = Metric(f"all_reduce.{size}.busbw_gbps", value, "GB/s", True)
+        return Measurement("bench(all_reduce)", (metric,), None,
+                           lambda: [dataclasses.replace(metric, value=value + 1)])
+
+    first = bench("4KiB", 1.0)
+    assert distinct(first, []) is first  # nothing to rename
+    second = distinct(bench("8KiB", 2.0), [first])
+    assert second.label == "bench(all_reduce)#2"
+    assert [m.name for m in second.metrics] == ["all_reduce.8KiB.busbw_gbps"]
+    third = distinct(bench("8KiB", 3.0), [first, second])
+    assert third.label == "bench(all_reduce)#3"
+    assert [m.name for m in third.metrics] == ["all_reduce.8KiB.busbw_gbps#2"]
+    assert third.remeasure is not None
+    (again,) = third.remeasure()  # a re-measurement is renamed the same way
+    assert again.name == "all_reduce.8KiB.busbw_gbps#2" and again.value == 4.0

@@ -272,3 +272,61 @@ def test_the_baseline_files_limits_reach_the_fixtures_findings(pytester: pytest.
     compared.assert_outcomes(passed=1)
     findings = next(line for line in compared.outlines if line.startswith("FINDINGS"))
     assert "imbalance" not in findings and "straggler" not in findings
+
+
+TWO_BENCHES = textwrap.dedent("""
+    import os
+    import time
+
+    import torch.distributed as dist
+
+    ORIGINAL = dist.all_reduce
+
+
+    def slow_4kib(tensor, *args, **kwargs):
+        if tensor.numel() * tensor.element_size() == 4096:
+            time.sleep(0.003)  # ~10x a 4 KiB all_reduce on gloo
+        return ORIGINAL(tensor, *args, **kwargs)
+
+
+    def install():
+        dist.all_reduce = slow_4kib  # on this rank, for the rest of this pytest run
+
+
+    def test_three_benches_of_one_op(nccl_group):
+        if os.environ.get("SLOW_FIRST"):
+            nccl_group.run(install)
+        nccl_group.bench("all_reduce", ["4KiB"], iters=10, warmup=1)
+        nccl_group.bench("all_reduce", ["8KiB"], iters=10, warmup=1)
+        nccl_group.bench("all_reduce", ["8KiB"], iters=10, warmup=1)
+""")
+
+
+def test_every_bench_call_of_one_op_is_judged_and_confirmed_on_its_own(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three bench() calls of one op in a test: each gets its own label and metric names,
+    is stored, and is re-measured through its own call.  It used to be re-measured through
+    the last call's label: the first call's slowdown was never measured again and passed as
+    'awaiting confirmation'.  Whether 10x comes out regressed or inconclusive is the noise
+    probe's call on a busy host (gloo's small messages keep the ranks' CPU wait high here);
+    that it was measured again, through its own call, is not."""
+    pytester.makepyfile(test_benches=TWO_BENCHES)
+    pytester.runpytest_subprocess(*RUN, "--distperf-save").assert_outcomes(passed=1)
+    data = tomllib.loads((pytester.path / "perf_baselines" / "test_benches.toml").read_text())
+    (entry,) = data["tests"]["test_three_benches_of_one_op"].values()
+    assert set(entry["metrics"]) == {"all_reduce.4KiB.busbw_gbps",
+                                     "all_reduce.8KiB.busbw_gbps",
+                                     "all_reduce.8KiB.busbw_gbps#2"}
+
+    monkeypatch.setenv("SLOW_FIRST", "1")
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}")
+    (test,) = json.loads(report.read_text())["tests"]
+    assert [r["label"] for r in test["results"]] == [
+        "bench(all_reduce)", "bench(all_reduce)#2", "bench(all_reduce)#3"]
+    verdicts = {v["metric"]: v for v in test["verdicts"]}
+    first = verdicts["all_reduce.4KiB.busbw_gbps"]
+    assert first["windows"] == 1 + bl.CONFIRMATIONS  # measured again, through its own call
+    assert first["change"] < -0.5 and first["detail"] != "awaiting confirmation"
+    assert first["verdict"] in (bl.REGRESSED, bl.INCONCLUSIVE)
+    assert result.ret == (1 if first["verdict"] == bl.REGRESSED else 0)
