@@ -583,3 +583,33 @@ def test_the_probe_reads_this_machine() -> None:
     figures = noise.between(noise.snapshot([os.getpid()]), noise.snapshot([os.getpid()]))
     if Path("/proc/stat").exists():
         assert figures.wait is not None and figures.wait >= 0
+
+
+# -- the spread of a fraction near zero ------------------------------------------------------
+NEAR_ZERO = (0.001,) * 10 + (0.02,) * 10  # comm_overhead: 0.1% at best, 1.05% at the median
+
+
+def test_a_fraction_near_zero_is_not_called_noisy_for_its_relative_spread() -> None:
+    # relative to its estimate (0.001) the median is 950% away; in points it is 0.0095,
+    # far less than the smallest change a fraction can make (MIN_FRACTION_POINTS)
+    assert bl.spread(NEAR_ZERO, False) == pytest.approx(9.5)
+    assert bl.spread(NEAR_ZERO, False, fraction=True) == pytest.approx(0.095)
+    assert not bl.noise_reasons(window(NEAR_ZERO), False, fraction=True)
+    # a fraction whose median is 0.2 points above its estimate is noisy all the same
+    wide = (0.0,) * 4 + (0.2,) * 16
+    assert bl.spread(wide, False, fraction=True) == pytest.approx(2.0)
+    assert bl.noise_reasons(window(wide), False, fraction=True)
+    # a fraction far from zero keeps its relative spread
+    high = (0.5,) * 10 + (0.6,) * 10
+    assert bl.spread(high, False, fraction=True) == bl.spread(high, False) == pytest.approx(0.1)
+
+
+def test_a_quiet_save_of_a_fraction_near_zero_takes_the_usual_measurements() -> None:
+    metric = Metric("comm_overhead", 0.01, "fraction", False, NEAR_ZERO)
+    j = judgement(None, metric, save=True)
+    for _ in range(bl.SAVE_WINDOWS - 1):
+        assert j.wanted() == ["measure(w)"]
+        j.add_window("measure(w)", [metric], QUIET)
+    assert j.wanted() == []  # not SAVE_MAX_WINDOWS: nothing was too noisy
+    (verdict,) = j.verdicts()
+    assert "noisy" not in verdict.detail and verdict.spread == pytest.approx(0.095)

@@ -59,6 +59,7 @@ _EXPORTS = {
     "control_slope": "pytest_distperf.verdict.rule",
     "controlled": "pytest_distperf.verdict.rule",
     "decide": "pytest_distperf.verdict.rule",
+    "noise_reasons": "pytest_distperf.verdict.rule",
     # stats
     "estimate": "pytest_distperf.verdict.stats",
     "mann_whitney_greater": "pytest_distperf.verdict.stats",
@@ -125,6 +126,7 @@ __all__ = [
     "load",
     "make_judgement",
     "mann_whitney_greater",
+    "noise_reasons",
     "resolve_thresholds",
     "save_test",
     "settle",

@@ -114,7 +114,8 @@ class Judgement:
         return carries_control(metric.higher_is_better, metric.is_fraction, self.windows[name])
 
     def trusted(self, name: str, window: Window) -> bool:
-        return not noise_reasons(window, self.metrics[name].higher_is_better)
+        metric = self.metrics[name]
+        return not noise_reasons(window, metric.higher_is_better, metric.is_fraction)
 
     def verdicts(self) -> list[Verdict]:
         """One verdict per metric (the unusable ones first)."""
@@ -236,7 +237,7 @@ class Save(Judgement):
         metric = self.metrics[name]
         window = self._save_window(name)
         new = self._to_store(name, window)
-        noisy = noise_reasons(window, new.higher_is_better)
+        noisy = noise_reasons(window, new.higher_is_better, new.is_fraction)
         count = len(self.windows[name])
         detail = (f"{count} measurement(s) pooled, with the host-speed control"
                   if new.control else f"best of {count} measurement(s)")
@@ -256,7 +257,8 @@ class Save(Judgement):
                        windows=count,
                        steal=window.noise.steal if window.noise else None,
                        wait=window.noise.wait if window.noise else None,
-                       spread=spread(window.samples, new.higher_is_better), detail=detail)
+                       spread=spread(window.samples, new.higher_is_better, new.is_fraction),
+                       detail=detail)
 
     def save_entries(self) -> list[SaveEntry]:
         """What every metric stores (:meth:`_save_window`), for this environment."""

@@ -165,11 +165,11 @@ class Assessment:
         return not self.noisy
 
 
-def noise_reasons(window: Window, higher_is_better: bool) -> list[str]:
+def noise_reasons(window: Window, higher_is_better: bool, fraction: bool = False) -> list[str]:
     """Why a measurement is too noisy to judge (empty when it can be): the noise probe's
     figures past their limits, or samples spread past ``SPREAD_LIMIT``."""
     noisy = list(window.noise.too_noisy()) if window.noise is not None else []
-    spr = spread(window.samples, higher_is_better)
+    spr = spread(window.samples, higher_is_better, fraction)
     if spr is not None and spr > SPREAD_LIMIT:
         noisy.append(f"sample spread {spr:.0%} > {SPREAD_LIMIT:.0%}")
     return noisy
@@ -196,8 +196,8 @@ def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
         up, down = mann_whitney_greater(cur, old), mann_whitney_greater(old, cur)
         p_worse, p_better = (down, up) if hib else (up, down)
     return Assessment(b, c, change, worse, worse_like, better_like, p_worse, p_better,
-                      spread(window.samples, hib), window.noise,
-                      tuple(noise_reasons(window, hib)))
+                      spread(window.samples, hib, base.is_fraction), window.noise,
+                      tuple(noise_reasons(window, hib, base.is_fraction)))
 
 
 def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:

@@ -21,6 +21,10 @@ ESTIMATOR_QUANTILE = 0.05
 MIN_SAMPLES = 5
 #: Fractions (unit "fraction") must also move by this many absolute points.
 MIN_FRACTION_POINTS = 0.05
+#: A fraction's spread is relative to at least this: with the spread limit of 0.5
+#: (``rule.SPREAD_LIMIT``), a fraction near zero is too noisy when its median sits more than
+#: MIN_FRACTION_POINTS above its estimate, the smallest change that can count.
+FRACTION_SPREAD_FLOOR = 0.1
 #: Smallest absolute change that can count, by unit: microsecond noise never fails a build.
 MIN_ABS_DELTA = {"s": 5e-6, "ms": 5e-3, "us": 5.0, "ns": 5e3}
 #: ... against this quantile of each measurement's controls (its host-speed level).
@@ -51,15 +55,19 @@ def selection_figure(samples: Sequence[float], value: float, higher_is_better: b
     return quantile_or_nan(samples, q)
 
 
-def spread(samples: Sequence[float], higher_is_better: bool) -> float | None:
+def spread(samples: Sequence[float], higher_is_better: bool,
+           fraction: bool = False) -> float | None:
     """How far the median sits from the estimate, relative: (median - p10) / p10 for a time.
-    None with too few samples."""
+    A fraction is measured against ``FRACTION_SPREAD_FLOOR`` where its estimate is smaller
+    (a comm_overhead of 0.002 with a median of 0.02 is not 900% noisy).  None with too few
+    samples."""
     if len(samples) < MIN_SAMPLES:
         return None
     good = estimate(samples, 0.0, higher_is_better, False)
-    if good == 0:
+    scale = max(abs(good), FRACTION_SPREAD_FLOOR) if fraction else abs(good)
+    if scale == 0:
         return None
-    return abs(median_or_nan(samples) - good) / abs(good)
+    return abs(median_or_nan(samples) - good) / scale
 
 
 def good_half(samples: Sequence[float], higher_is_better: bool) -> list[float]:
