@@ -194,20 +194,20 @@ SETUPS: dict[str, Callable[[_Ctx], _Case]] = {
 }
 
 
-def _check(case: _Ctx, setup: _Case) -> tuple[int, str]:
+def _check(ctx: _Ctx, case: _Case) -> tuple[int, str]:
     """Run the op once on :func:`pattern` inputs and count the wrong elements.
 
     The buffers start and end zeroed, so that the timed loop (in place, repeated) neither
     overflows nor meets infinities.
     """
-    for b in setup.buffers:
+    for b in case.buffers:
         b.zero_()
-    setup.fill()
-    setup.run()
-    pair = setup.expect()
-    outcome = (0, "") if pair is None else count_wrong(pair[0], pair[1], case.n,
-                                                       f"rank {case.rank}")
-    for b in setup.buffers:
+    case.fill()
+    case.run()
+    pair = case.expect()
+    outcome = (0, "") if pair is None else count_wrong(pair[0], pair[1], ctx.n,
+                                                       f"rank {ctx.rank}")
+    for b in case.buffers:
         b.zero_()
     return outcome
 
@@ -227,13 +227,13 @@ def bench_on_rank(spec: BenchSpec) -> list[SizeOutcome]:
         phase = f"bench {spec.op} {label}"
         set_phase(f"{phase}: allocating")
         ctx = _Ctx(spec.op, rank, n, count, dtype, device)
-        setup = SETUPS[spec.op](ctx)
-        samples = time_iterations(setup.run, warmup=spec.warmup, iters=spec.iters,
+        case = SETUPS[spec.op](ctx)
+        samples = time_iterations(case.run, warmup=spec.warmup, iters=spec.iters,
                                   phase=phase)
         set_phase(f"{phase}: checking the result")
-        wrong, first = _check(ctx, setup)
+        wrong, first = _check(ctx, case)
         out.append(SizeOutcome(tuple(samples), wrong, first))
-        del setup
+        del case
     return out
 
 

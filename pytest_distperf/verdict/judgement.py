@@ -58,8 +58,9 @@ class Judgement:
     bookkeeping.  The caller loops: ``labels = j.wanted()``; re-measure each label;
     ``j.add_window(...)``; until ``wanted()`` is empty; then ``verdicts()``.
 
-    A metric is re-measured through the measurement that recorded it (by its label; where two
-    measurements of a test record the same metric name, the later one counts).
+    A metric is re-measured through the measurement that recorded it, by its label: the
+    plugin gives every measurement of a test its own label and metric names
+    (:func:`~pytest_distperf.records.distinct`); were two to share one, the later counts.
     """
 
     def __init__(self, *, measurements: Sequence[Measurement], environment: Environment,

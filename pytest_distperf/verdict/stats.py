@@ -118,7 +118,9 @@ def min_abs_delta(unit: str) -> float:
 
 
 def split_parts(samples: Sequence[float], control: Sequence[float],
-           sizes: Sequence[int]) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+                sizes: Sequence[int]) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    """(samples, control) of each pooled measurement, cut by ``sizes``; all of them as one
+    when the sizes do not add up to the samples."""
     if not sizes or sum(sizes) != len(samples):
         return [(tuple(samples), tuple(control))]
     out, start = [], 0
@@ -129,7 +131,7 @@ def split_parts(samples: Sequence[float], control: Sequence[float],
 
 
 def control_points(parts: Sequence[tuple[Sequence[float], Sequence[float]]]
-            ) -> list[tuple[float, float, Sequence[float]]]:
+                   ) -> list[tuple[float, float, Sequence[float]]]:
     """Per measurement: (log of its control level, log of its median time, its samples).
 
     The control level is the ``CONTROL_LEVEL_QUANTILE`` of the measurement's controls: a
@@ -141,6 +143,6 @@ def control_points(parts: Sequence[tuple[Sequence[float], Sequence[float]]]
 
 
 def adjusted(points: Sequence[tuple[float, float, Sequence[float]]],
-              slope: float) -> list[float]:
+             slope: float) -> list[float]:
     """log(time) - slope * log(its measurement's control level), per sample."""
     return [math.log(v) - slope * x for x, _, samples in points for v in samples]
