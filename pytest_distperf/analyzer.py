@@ -29,6 +29,7 @@ from pytest_distperf.findings import (
 from pytest_distperf.quantiles import finite, median, median_or_nan, quantile, quantile_or_nan
 from pytest_distperf.records import (
     CommCall,
+    CommCount,
     CommSummary,
     LoadBalance,
     PhaseStats,
@@ -184,7 +185,8 @@ def batch_shares(throughput: Sequence[float | None],
 
 # -- the step timer ------------------------------------------------------------------------
 def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
-                  limits: Mapping[str, float] | None = None) -> StepTiming:
+                  limits: Mapping[str, float] | None = None,
+                  comm_counts: Sequence[CommCount] = ()) -> StepTiming:
     """Everything ``ddp_step_timer`` reports, from the ranks' raw samples.
 
     * step time: median over steps of the slowest rank's synchronised step;
@@ -195,7 +197,10 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
       of (its synchronised step - its no-sync step); wait = blocked - the least blocked rank's
       (the rank the others wait for waits least);
     * total communication: the least-waiting rank's per-step comm time (comm hook); overlap =
-      1 - exposed / total.
+      1 - exposed / total;
+    * ``comm_counts``: the collectives of one step, counted from its trace
+      (:func:`pytest_distperf.traces.census.census`), kept as they are; buckets: the most
+      gradient buckets any rank's comm hook saw in a step.
     """
     if not per_rank:
         raise ValueError("analyze_steps: no per-rank records to analyse")
@@ -245,7 +250,8 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
         phases=_group_phases(ranks, steps_s, no_sync_s),
         communication=communication_summary(c for r in ranks for c in r.comm),
         load_balance=balance, samples=_step_samples(ranks, steps_s, no_sync_s, total_batch),
-        raw=list(by_rank.values()))
+        raw=list(by_rank.values()), comm_counts=tuple(comm_counts),
+        buckets=max((r.buckets for r in ranks if r.buckets is not None), default=None))
 
 
 def _exposed_share(steps_s: Sequence[float], no_sync_s: Sequence[float]) -> float:
@@ -296,6 +302,8 @@ def _step_samples(ranks: Sequence[RankStep], steps_s: Sequence[float],
         "throughput": tuple(_ratio(total_batch, s) for s in steps_s),
         "comm_overhead": tuple(_clamp01(_ratio(s - u, s)) for s, u in
                                zip(steps_s, no_sync_s, strict=False)),
+        "exposed_comm_s": tuple(max(0.0, s - u) for s, u in
+                                zip(steps_s, no_sync_s, strict=False)),
         "imbalance": _imbalance_per_step([r.no_sync_step_s for r in ranks]),
     }
 

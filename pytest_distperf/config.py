@@ -26,9 +26,12 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
 }
 #: Default relative tolerance of the baseline comparison (10%).
 DEFAULT_TOLERANCE = 0.10
+#: Default tolerance of exact metrics (collective calls and bytes per step), absolute: 0,
+#: any change counts.
+DEFAULT_EXACT_TOLERANCE = 0.0
 
 #: Keywords the ``distperf`` marker accepts.
-MARKER_KEYWORDS = ("world_size", *DEFAULT_THRESHOLDS, "tolerance")
+MARKER_KEYWORDS = ("world_size", *DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 
 
 class ConfigError(ValueError):
@@ -60,6 +63,7 @@ class DistperfConfig:
     trace_dir: Path | None = None
     strict: bool = False
     tolerance: float = DEFAULT_TOLERANCE  # of the baseline comparison; marker/baselines override
+    exact_tolerance: float = DEFAULT_EXACT_TOLERANCE  # of exact metrics, absolute
 
 
 def parse_gpus(value: object, source: str) -> int:

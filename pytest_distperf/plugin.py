@@ -15,6 +15,7 @@ import pytest
 
 from pytest_distperf.config import (
     DEFAULT_BASELINES_DIRNAME,
+    DEFAULT_EXACT_TOLERANCE,
     DEFAULT_THRESHOLDS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
@@ -56,6 +57,9 @@ HELP_TRACE = "folder for merged multi-rank traces written by dist_profiler"
 HELP_STRICT = "treat inconclusive verdicts (too noisy to tell) as failures"
 HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
                   "marker's tolerance and the baseline file's thresholds table override it")
+HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per step) may move "
+                        "from its baseline, absolute (default 0: any change); the marker's "
+                        "exact_tolerance and the baseline file's thresholds table override it")
 
 SKIP_REASON = ("distributed performance test: run with --distperf to enable it "
                "(and --gpus N to choose the world size)")
@@ -73,6 +77,7 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-trace", "distperf_trace", "str", HELP_TRACE),
     ("--distperf-strict", "distperf_strict", "flag", HELP_STRICT),
     ("--distperf-tolerance", "distperf_tolerance", "str", HELP_TOLERANCE),
+    ("--distperf-exact-tolerance", "distperf_exact_tolerance", "str", HELP_EXACT_TOLERANCE),
 )
 
 
@@ -131,7 +136,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
             values[ini] = parse_backend(value, source)
         elif ini == "distperf_timeout":
             values[ini] = parse_timeout(value, source)
-        elif ini == "distperf_tolerance":
+        elif ini in ("distperf_tolerance", "distperf_exact_tolerance"):
             values[ini] = parse_fraction(value, flag, source)
         else:
             path = Path(str(value)).expanduser()
@@ -148,6 +153,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         trace_dir=values.get("distperf_trace"),
         strict=values.get("distperf_strict", False),
         tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
+        exact_tolerance=values.get("distperf_exact_tolerance", DEFAULT_EXACT_TOLERANCE),
     )
 
 
@@ -160,8 +166,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "distperf(world_size=None, max_comm_overhead=None, max_imbalance=None, "
-        "min_scaling_efficiency=None, tolerance=None): a distributed performance test; "
-        "overrides the group size and thresholds for this test",
+        "min_scaling_efficiency=None, tolerance=None, exact_tolerance=None): a distributed "
+        "performance test; overrides the group size and thresholds for this test",
     )
     try:
         cfg = build_config(config)

@@ -114,11 +114,25 @@ class Metric:
     hint: str = ""
     world_size: int = 0  # the group the metric was measured on (0: the test's group)
     control: tuple[float, ...] = ()  # seconds, one per sample; () when there is no control
+    kind: str = ""  # MEASURED (""), EXACT or INFORMATIONAL: how the baseline judges it
 
     @property
     def is_fraction(self) -> bool:
         """Fractions near zero are judged in absolute points as well as relatively."""
         return self.unit == "fraction"
+
+
+#: How a metric is judged against its baseline (:attr:`Metric.kind`):
+#: a timing or a ratio of timings, judged statistically (re-measured, tested for noise);
+MEASURED = ""
+#: a count or a byte total that does not depend on the host's speed (collective calls per
+#: step, bytes per step, gradient buckets): any change beyond the exact tolerance (default
+#: 0) is a regression or an improvement, from one measurement;
+EXACT = "exact"
+#: a figure kept beside the others to explain their verdicts (compute and communication
+#: time of a step, a profile's fractions from one call): compared and shown, never failing.
+INFORMATIONAL = "informational"
+METRIC_KINDS = (MEASURED, EXACT, INFORMATIONAL)
 
 
 #: What a metric's comparison with its baseline can come to (:class:`Verdict`).
@@ -129,9 +143,12 @@ INCONCLUSIVE = "inconclusive"
 NO_BASELINE = "no baseline"
 NOT_COMPARABLE = "not comparable"
 SAVED = "saved"
+#: The verdict of an informational metric (:data:`INFORMATIONAL`) that has a baseline: its
+#: change is shown, and never fails the test.
+INFO = "informational"
 #: The order verdicts are listed in (the summary shows regressions first).
 VERDICT_ORDER = (REGRESSED, INCONCLUSIVE, IMPROVED, NOT_COMPARABLE, NO_BASELINE, UNCHANGED,
-                 SAVED)
+                 INFO, SAVED)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,7 +163,10 @@ class Verdict:
     figures of the measurement reported; ``host_change`` is how much slower (positive) the
     host-speed control ran than when the baseline was saved, where the metric has one, and
     ``control_slope`` how strongly the metric follows it (0: not at all, 1: in proportion):
-    the change is then judged with that part taken out.
+    the change is then judged with that part taken out.  ``explanation`` says what else
+    changed in the same measurement (collective counts and bytes, compute and communication
+    time), for a verdict that is not ``unchanged``; ``kind`` is the metric's
+    (:attr:`Metric.kind`).
     """
 
     metric: str
@@ -166,6 +186,8 @@ class Verdict:
     detail: str = ""
     host_change: float | None = None
     control_slope: float | None = None
+    explanation: str = ""
+    kind: str = ""
 
 
 #: Repeats a measurement on the same ranks and returns fresh metrics of the same names.
@@ -499,6 +521,37 @@ class CommCall:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CommCount:
+    """The collectives of one kind issued in one training step (or one profiled call):
+    exact figures, the same on any host.  ``calls`` and ``bytes`` are the most any rank
+    issued (a message's bytes: nccl-tests' size, the largest buffer; 0 for a barrier);
+    ``group`` is the process group's ranks where the trace lists them (``"ranks 0,1"``;
+    "" where it does not, as on gloo, where every group is counted together)."""
+
+    op: str  # canonical: all_reduce, all_gather, reduce_scatter, barrier, broadcast, ...
+    calls: int
+    bytes: int
+    group: str = ""
+
+
+def comm_count_metrics(counts: Sequence[CommCount], prefix: str, world_size: int,
+                       per: str) -> list[Metric]:
+    """``<prefix><op>.calls`` and ``<prefix><op>.bytes`` (none for a barrier) per kind of
+    collective, exact; with several process groups the op carries the group's ranks:
+    ``all_reduce[ranks 0,1]``."""
+    several = len({c.group for c in counts}) > 1
+    out: list[Metric] = []
+    for c in counts:
+        op = f"{c.op}[{c.group}]" if several and c.group else c.op
+        out.append(Metric(f"{prefix}{op}.calls", float(c.calls), f"calls{per}", False,
+                          world_size=world_size, kind=EXACT))
+        if c.op != "barrier":
+            out.append(Metric(f"{prefix}{op}.bytes", float(c.bytes), f"B{per}", False,
+                              world_size=world_size, kind=EXACT))
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class PhaseStats:
     """Order statistics of one phase's per-step samples, in seconds.
 
@@ -539,6 +592,12 @@ class RankStep:
     memory_source: str = ""  # "cuda_max_allocated" or "rss"
     memory_capacity_bytes: int = 0  # device memory, or this rank's share of host memory
     device: str = ""  # e.g. "cpu", "cuda:0"
+    #: gradient buckets DDP reduced per synchronised step (None: no comm hook saw them)
+    buckets: int | None = None
+    #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
+    #: timed ones, where the collectives are counted; b"" when not counted
+    census: bytes = dataclasses.field(default=b"", repr=False,
+                                      metadata={"transient": True})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -648,6 +707,10 @@ class StepTiming:
     load_balance: LoadBalance | None = None
     samples: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
     raw: list[RankStep] = dataclasses.field(default_factory=list)
+    #: collectives per synchronised step, by kind (exact; empty when not counted)
+    comm_counts: tuple[CommCount, ...] = ()
+    #: DDP gradient buckets per synchronised step (None: not seen, e.g. FSDP2)
+    buckets: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -766,6 +829,7 @@ class ProfileReport:
     recommendations: tuple[str, ...]
     imbalance_cv: float = 0.0
     batch_shares: tuple[float, ...] = ()
+    comm_counts: tuple[CommCount, ...] = ()  # collectives of the call by kind and group
     results: tuple[Any, ...] = dataclasses.field(
         default=(), repr=False, compare=False, metadata={"transient": True})
 
@@ -775,22 +839,25 @@ class ProfileReport:
 
     def metrics(self, prefix: str = "profile", world_size: int = 0) -> list[Metric]:
         """``<prefix>.comm_overhead``, ``<prefix>.imbalance`` and, where there was
-        communication, ``<prefix>.overlap``; none when the ranks were out of step."""
+        communication, ``<prefix>.overlap``: informational (one call has no samples to
+        test; their thresholds still apply); and, exact, ``<prefix>.comm.<op>.calls`` and
+        ``.bytes`` of the call.  None when the ranks were out of step."""
         if self.desync:
             return []
         hints = {b.kind: b.suggestion for b in reversed(self.bottlenecks)}
         out = [
             Metric(f"{prefix}.comm_overhead", self.comm_overhead, "fraction", False,
                    threshold="max_comm_overhead", hint=hints.get("communication", ""),
-                   world_size=world_size),
+                   world_size=world_size, kind=INFORMATIONAL),
             Metric(f"{prefix}.imbalance", self.imbalance, "fraction", False,
                    threshold="max_imbalance", ranks=self.stragglers,
-                   hint=hints.get("imbalance", ""), world_size=world_size),
+                   hint=hints.get("imbalance", ""), world_size=world_size, kind=INFORMATIONAL),
         ]
         if any(p.comm_time_s > 0 for p in self.per_rank):
             out.append(Metric(f"{prefix}.overlap", self.overlap, "fraction", True,
-                              hint=hints.get("low_overlap", ""), world_size=world_size))
-        return out
+                              hint=hints.get("low_overlap", ""), world_size=world_size,
+                              kind=INFORMATIONAL))
+        return out + comm_count_metrics(self.comm_counts, f"{prefix}.comm.", world_size, "")
 
 
 # -- a whole test, for the JSON report and pytest-xdist ----------------------------------------

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_distperf.config import format_bytes
 from pytest_distperf.files import write_atomically
 from pytest_distperf.records import (
     SLOW_PAIR_RATIO,
@@ -172,6 +173,10 @@ def format_value(value: float | None, unit: str) -> str:
                 return f"{value / scale:.4g} {name}"
     if unit == "fraction":
         return f"{value:.3f}"
+    if unit == "B" or unit.startswith("B/"):
+        return format_bytes(value) + unit[1:]
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{value:,.0f} {unit}".rstrip()
     return f"{value:.4g} {unit}".rstrip()
 
 
@@ -216,6 +221,8 @@ def verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
         facts = "; ".join(x for x in (v.detail, count, _noise(v),
                                       f"environment {v.environment}") if x)
         lines.append(f"    {v.metric}: {facts}")
+        if v.explanation:
+            lines.append(f"      what changed with it: {v.explanation}")
     return lines
 
 
@@ -237,7 +244,7 @@ def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
     lines = ["distperf verdicts (per metric): " + ", ".join(
         f"{n} {k}" for k, n in counts.items() if n)]
     for kind in VERDICT_ORDER:
-        if kind == "unchanged":
+        if kind in ("unchanged", "informational"):
             continue
         if kind == "no baseline":  # one line per test: they all say the same
             lines.extend(_no_baseline_lines(verdicts))
@@ -262,6 +269,8 @@ def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
                 if kind == "inconclusive" and _noise(v):
                     extra = f"{extra}; {_noise(v)}" if extra else _noise(v)
                 lines.append(f"{head}  {figures}" + (f"  [{extra}]" if extra else ""))
+                if v.explanation:
+                    lines.append(f"      what changed with it: {v.explanation}")
     return lines
 
 

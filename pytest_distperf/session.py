@@ -51,8 +51,9 @@ LIMITS_KEY = pytest.StashKey["TestLimits"]()
 @dataclasses.dataclass(frozen=True, slots=True)
 class TestLimits:
     """The limits of one test, resolved once: the thresholds (defaults, ini file, the
-    baseline file's table for this environment, the marker, in that order) and the
-    tolerance; and the baseline file they came from (or why it could not be read)."""
+    baseline file's table for this environment, the marker, in that order), the tolerance
+    and the exact tolerance; and the baseline file they came from (or why it could not be
+    read)."""
 
     __test__ = False  # not a pytest test class
 
@@ -61,6 +62,7 @@ class TestLimits:
     environment: Environment
     file: BaselineFile | None
     file_error: str = ""
+    exact_tolerance: float = 0.0
 
 
 def marker_settings(item: pytest.Item) -> dict[str, float | int]:
@@ -269,7 +271,9 @@ class DistperfSession:
             thresholds=resolve_thresholds(self.ini_thresholds, env_layer, marker),
             tolerance=float(marker.get("tolerance",
                                        env_layer.get("tolerance", self.cfg.tolerance))),
-            environment=env, file=file, file_error=file_error)
+            environment=env, file=file, file_error=file_error,
+            exact_tolerance=float(marker.get(
+                "exact_tolerance", env_layer.get("exact_tolerance", self.cfg.exact_tolerance))))
         item.stash[LIMITS_KEY] = limits
         return limits
 
@@ -334,7 +338,8 @@ class DistperfSession:
             judgement = make_judgement(
                 save=self.cfg.save, measurements=record.measurements,
                 environment=limits.environment, first_noise=noise_window,
-                tolerance=limits.tolerance, baseline=limits.file, test=test)
+                tolerance=limits.tolerance, baseline=limits.file, test=test,
+                exact_tolerance=limits.exact_tolerance)
         settle(judgement, self._remeasure(record), agree=self._agree, sleep=time.sleep)
         if not self.is_reporter:
             return []

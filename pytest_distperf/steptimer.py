@@ -8,6 +8,11 @@ metrics its verdict judges:
 * ``step_time_s`` (s, lower is better), ``throughput`` (samples/s, higher is better);
 * ``comm_overhead`` (fraction, threshold ``max_comm_overhead``);
 * ``imbalance`` (fraction, threshold ``max_imbalance``, naming the straggling ranks);
+* exact, from one more step run under ``torch.profiler``: ``comm.<op>.calls`` and
+  ``comm.<op>.bytes`` per step for every kind of collective, and ``comm.buckets`` (DDP's
+  gradient buckets per step);
+* informational, to explain the others' verdicts: ``compute_time_s`` (a step without
+  gradient synchronisation) and ``exposed_comm_s`` (step - compute);
 * from ``.scaling``: ``scaling_efficiency.w<N>`` (fraction, threshold
   ``min_scaling_efficiency``) for every world size above the smallest, and
   ``scaling_throughput.w<N>`` (samples/s) for every world size.
@@ -27,7 +32,14 @@ from pytest_distperf.config import is_int, require_int
 from pytest_distperf.findings import hint, scaling_cause
 from pytest_distperf.group import DistGroup
 from pytest_distperf.rank.ddp import WRAPPERS, StepSpec
-from pytest_distperf.records import Metric, ScalingResult, StepTiming
+from pytest_distperf.records import (
+    EXACT,
+    INFORMATIONAL,
+    Metric,
+    ScalingResult,
+    StepTiming,
+    comm_count_metrics,
+)
 from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 SCALING_MODES = ("weak", "strong")
@@ -42,9 +54,13 @@ class DDPStepTimer:
     ``"fsdp"``: FSDP2 ``fully_shard`` on every direct child with parameters, then the root).
     ``batch_fn(rank)`` returns that rank's input, a tensor or a tuple of tensors for
     ``model(*batch)``; the loss is ``loss_fn(output)`` or ``output.sum()``; the optimizer is
-    ``optimizer_fn(parameters)`` or SGD.  ``wrapper_kwargs`` go to the wrapper (e.g.
-    ``bucket_cap_mb``); ``comm_timing=False`` leaves DDP's built-in all-reduce in place (no
-    per-bucket figures, no overlap).
+    ``optimizer_fn(parameters)`` or SGD.  ``wrapper_kwargs`` go to the wrapper (DDP:
+    ``bucket_cap_mb``, ``find_unused_parameters``, ``static_graph``, ...; FSDP2:
+    ``fully_shard``'s keywords); ``comm_hook=hook`` or ``(state, hook)`` registers a DDP
+    comm hook (the timing hook calls it for every bucket); ``comm_timing=False`` leaves
+    DDP's own all-reduce (or ``comm_hook``) in place untimed (no per-bucket figures, no
+    overlap); ``count_collectives=False`` skips the extra profiled step that counts the
+    collectives (no ``comm.*`` metrics).
     """
 
     def __init__(self, group: DistGroup, limits: Mapping[str, float] | None = None) -> None:
@@ -71,11 +87,13 @@ class DDPStepTimer:
         loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
         optimizer_fn: Callable[[Any], Any] | None = None,
         wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
-        name: str = "",
+        comm_hook: Any = None, count_collectives: bool = True, name: str = "",
     ) -> StepTiming:
         __tracebackhide__ = True
-        spec = _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
-                     wrapper_kwargs, comm_timing)
+        spec = dataclasses.replace(
+            _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
+                  wrapper_kwargs, comm_timing, comm_hook),
+            count_collectives=bool(count_collectives))
         size = self.world_size if world_size is None else world_size
         self._check_sizes([size], "world_size")
         prefix = _prefix(name)
@@ -96,7 +114,7 @@ class DDPStepTimer:
         warmup: int = 3, loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
         optimizer_fn: Callable[[Any], Any] | None = None,
         wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
-        name: str = "",
+        comm_hook: Any = None, name: str = "",
     ) -> ScalingResult:
         """Time the step on the first N ranks for every N in ``world_sizes``.
 
@@ -112,7 +130,8 @@ class DDPStepTimer:
         self._check_sizes(sizes, "world_sizes")
         spec = dataclasses.replace(
             _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
-                  wrapper_kwargs, comm_timing), split_batch=mode == "strong")
+                  wrapper_kwargs, comm_timing, comm_hook), split_batch=mode == "strong",
+            count_collectives=False)  # the curve judges times only
         prefix = _prefix(name)
 
         def once() -> ScalingResult:
@@ -130,9 +149,13 @@ class DDPStepTimer:
     # -- helpers ----------------------------------------------------------------------------
     def _measure(self, spec: StepSpec, size: int, label: str) -> StepTiming:
         from pytest_distperf.rank.ddp import time_steps
+        from pytest_distperf.traces.census import census
 
         per_rank = self._group.call(time_steps, (spec,), {}, label, world_size=size)
-        return analyzer.analyze_steps(per_rank, wrapper=spec.wrapper, limits=self._limits)
+        counts = census([r.census for r in per_rank])
+        per_rank = [dataclasses.replace(r, census=b"") for r in per_rank]
+        return analyzer.analyze_steps(per_rank, wrapper=spec.wrapper, limits=self._limits,
+                                      comm_counts=counts)
 
     def _check_sizes(self, sizes: Sequence[int], what: str) -> None:
         too_big = [n for n in sizes if n > self.available]
@@ -165,7 +188,7 @@ def _world_sizes(world_sizes: Iterable[int]) -> list[int]:
 
 def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, wrapper: str,
           optimizer_fn: Any, wrapper_kwargs: Mapping[str, Any] | None,
-          comm_timing: bool) -> StepSpec:
+          comm_timing: bool, comm_hook: Any = None) -> StepSpec:
     for label, fn in (("model_fn", model_fn), ("batch_fn", batch_fn)):
         if not callable(fn):
             raise TypeError(f"ddp_step_timer: {label} must be callable, got {fn!r}")
@@ -178,13 +201,31 @@ def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, w
     require_int(steps, "ddp_step_timer: steps", 1)
     require_int(warmup, "ddp_step_timer: warmup", 0)
     return StepSpec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
-                    dict(wrapper_kwargs or {}), comm_timing=comm_timing)
+                    dict(wrapper_kwargs or {}), comm_timing=comm_timing,
+                    comm_hook=_comm_hook(comm_hook, wrapper))
+
+
+def _comm_hook(hook: Any, wrapper: str) -> tuple[Any, Callable[[Any, Any], Any]] | None:
+    """``comm_hook=hook`` or ``(state, hook)`` as (state, hook); DDP only."""
+    if hook is None:
+        return None
+    if wrapper != "ddp":
+        raise ValueError(f"ddp_step_timer: comm_hook is a DDP comm hook; wrapper={wrapper!r} "
+                         "has none")
+    state, fn = hook if isinstance(hook, tuple) and len(hook) == 2 else (None, hook)
+    if not callable(fn):
+        raise TypeError(f"ddp_step_timer: comm_hook must be a DDP comm hook hook(state, "
+                        f"bucket) or a (state, hook) pair, got {hook!r}")
+    return state, fn
 
 
 def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
-    """The metrics a :class:`StepTiming` is judged by (thresholds and baselines)."""
+    """The metrics a :class:`StepTiming` is judged by (thresholds and baselines): the
+    measured ones, the exact communication counts (:func:`comm_count_metrics`) and, to
+    explain their verdicts, the step's compute and exposed communication time."""
     samples = timing.samples
     w = timing.world_size
+    exposed = samples.get("exposed_comm_s", ())
     return [
         Metric(f"{prefix}step_time_s", timing.step_time_s, "s", False,
                samples.get("step_s", ()), world_size=w),
@@ -197,6 +238,13 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
                samples.get("imbalance", ()), threshold="max_imbalance",
                ranks=_imbalance_ranks(timing), hint=_hint(timing, "imbalance"),
                world_size=w),
+        Metric(f"{prefix}compute_time_s", timing.compute_time_s, "s", False,
+               samples.get("no_sync_step_s", ()), world_size=w, kind=INFORMATIONAL),
+        Metric(f"{prefix}exposed_comm_s", timing.comm_overhead * timing.step_time_s, "s",
+               False, exposed, world_size=w, kind=INFORMATIONAL),
+        *comm_count_metrics(timing.comm_counts, f"{prefix}comm.", w, "/step"),
+        *([Metric(f"{prefix}comm.buckets", float(timing.buckets), "buckets/step", False,
+                  world_size=w, kind=EXACT)] if timing.buckets is not None else []),
     ]
 
 

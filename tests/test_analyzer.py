@@ -24,13 +24,14 @@ from pytest_distperf.intervals import union_length as interval_union
 from pytest_distperf.records import (
     Bottleneck,
     CommCall,
+    CommCount,
     RankStep,
     ScalingResult,
     StepTiming,
     from_dict,
     to_dict,
 )
-from pytest_distperf.steptimer import scaling_metrics, step_metrics
+from pytest_distperf.steptimer import comm_count_metrics, scaling_metrics, step_metrics
 from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
 
 N_STEPS = 10
@@ -442,7 +443,9 @@ def test_step_metrics_names_units_thresholds_and_breach_text() -> None:
     t = analyze_steps([rank_step(0, 0.082, 0.020, comm_time=0.06),
                        rank_step(1, 0.082, 0.080, comm_time=0.002)])
     metrics = {m.name: m for m in step_metrics(t)}
-    assert list(metrics) == ["step_time_s", "throughput", "comm_overhead", "imbalance"]
+    assert list(metrics) == ["step_time_s", "throughput", "comm_overhead", "imbalance",
+                             "compute_time_s", "exposed_comm_s"]
+    assert {m.kind for m in metrics.values()} == {"", "informational"}
     assert metrics["throughput"].higher_is_better and metrics["throughput"].unit == "samples/s"
     assert metrics["comm_overhead"].threshold == "max_comm_overhead"
     imb = metrics["imbalance"]
@@ -454,6 +457,24 @@ def test_step_metrics_names_units_thresholds_and_breach_text() -> None:
     assert "ranks involved: 1" in text and "rank 0: 80%, rank 1: 20%" in text
     named = [m.name for m in step_metrics(t, "resnet.")]
     assert named[0] == "resnet.step_time_s"
+
+
+def test_counted_collectives_become_exact_metrics_per_kind_and_group() -> None:
+    counts = (CommCount("all_reduce", 18, 4_000_000), CommCount("barrier", 1, 0))
+    t = analyze_steps([rank_step(0, 0.08, 0.05), rank_step(1, 0.08, 0.05)],
+                      comm_counts=counts)
+    exact = {m.name: m for m in step_metrics(t, "gpt.") if m.kind == "exact"}
+    assert {n: (m.value, m.unit) for n, m in exact.items()} == {
+        "gpt.comm.all_reduce.calls": (18.0, "calls/step"),
+        "gpt.comm.all_reduce.bytes": (4e6, "B/step"),
+        "gpt.comm.barrier.calls": (1.0, "calls/step")}  # a barrier carries no bytes
+    assert not any(m.higher_is_better or m.samples for m in exact.values())
+    # several process groups: the op carries the group's ranks
+    two = comm_count_metrics((CommCount("all_reduce", 2, 8, "ranks 0,1"),
+                              CommCount("all_reduce", 1, 4, "ranks 0,1,2,3")), "comm.", 4, "")
+    assert [m.name for m in two] == [
+        "comm.all_reduce[ranks 0,1].calls", "comm.all_reduce[ranks 0,1].bytes",
+        "comm.all_reduce[ranks 0,1,2,3].calls", "comm.all_reduce[ranks 0,1,2,3].bytes"]
 
 
 def test_scaling_metrics_record_efficiency_above_the_smallest_size() -> None:

@@ -111,6 +111,10 @@ def test_comm_heavy(ddp_step_timer):
     (ar,) = t.communication
     assert ar.total_bytes == 2 * 10 * BIG_BYTES
     assert ar.avg_bandwidth_gbps > 0 and ar.peak_bandwidth_gbps >= ar.avg_bandwidth_gbps
+    # counted from one step's trace: every gradient byte, once, in one call per bucket
+    (count,) = t.comm_counts
+    assert (count.op, count.bytes) == ("all_reduce", BIG_BYTES)
+    assert count.calls == t.buckets == ar.count // (2 * 10)
     print("BODY-OK comm")
 
 
@@ -240,8 +244,15 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     imbalance = next(m for m in straggler["metrics"] if m["name"] == "imbalance")
     assert imbalance["threshold"] == "max_imbalance" and imbalance["ranks"] == [1]
     assert len(imbalance["samples"]) == 8
-    names = [m["name"] for m in tests["test_balanced"]["metrics"]]
-    assert names == ["step_time_s", "throughput", "comm_overhead", "imbalance"]
+    kinds = {m["name"]: m["kind"] for m in tests["test_balanced"]["metrics"]}
+    assert kinds == {"step_time_s": "", "throughput": "", "comm_overhead": "", "imbalance": "",
+                     "compute_time_s": "informational", "exposed_comm_s": "informational",
+                     "comm.all_reduce.calls": "exact", "comm.all_reduce.bytes": "exact",
+                     "comm.buckets": "exact"}
+    values = {m["name"]: m["value"] for m in tests["test_balanced"]["metrics"]}
+    # Sleepy's Linear(32, 32): 1056 float32 gradients in one bucket
+    assert values["comm.all_reduce.bytes"] == 1056 * 4
+    assert values["comm.all_reduce.calls"] == values["comm.buckets"] == 1
 
 
 def test_a_bad_ini_threshold_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -300,7 +311,8 @@ def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
     (label, metrics, result, remeasure) = group.recorded[0]
     assert result is t and label == "ddp_step_timer(m.ddp, 2 ranks)"
     names = [m.name for m in metrics]
-    assert names == ["m.step_time_s", "m.throughput", "m.comm_overhead", "m.imbalance"]
+    assert names == ["m.step_time_s", "m.throughput", "m.comm_overhead", "m.imbalance",
+                     "m.compute_time_s", "m.exposed_comm_s"]  # no counts: no census trace
     again = remeasure()
     assert [m.name for m in again] == names
     assert again[0].value != metrics[0].value  # measured again, not replayed

@@ -198,8 +198,13 @@ def test_profiler_writes_records_and_remeasures(tmp_path: Path) -> None:
     assert {e["pid"] for e in merged["traceEvents"]} == {0, 1}
     label, metrics, result, remeasure = group.recorded[0]
     assert result is report
-    assert [m.name for m in metrics] == ["profile.comm_overhead", "profile.imbalance",
-                                         "profile.overlap"]
+    assert [(m.name, m.kind) for m in metrics] == [
+        ("profile.comm_overhead", "informational"), ("profile.imbalance", "informational"),
+        ("profile.overlap", "informational"),
+        ("profile.comm.all_reduce.calls", "exact"), ("profile.comm.all_reduce.bytes", "exact"),
+        ("profile.comm.broadcast.calls", "exact"), ("profile.comm.broadcast.bytes", "exact")]
+    # one call of each, 256 float32 elements each
+    assert [m.value for m in metrics[3:]] == [1, 1024, 1, 1024]
     assert remeasure is not None
     assert [m.name for m in remeasure()] == [m.name for m in metrics]
     assert len(list(tmp_path.iterdir())) == 1  # re-measuring writes no trace
@@ -207,8 +212,8 @@ def test_profiler_writes_records_and_remeasures(tmp_path: Path) -> None:
     second = profiler(lambda: None, world_size=1)
     label2, metrics2, _, _ = group.recorded[-1]
     assert label2.startswith("dist_profiler#2(") and group.calls[-1][2] == 1
-    assert {m.name for m in metrics2} == {"profile2.comm_overhead", "profile2.imbalance",
-                                          "profile2.overlap"}
+    assert {m.name for m in metrics2 if m.kind == "informational"} == {
+        "profile2.comm_overhead", "profile2.imbalance", "profile2.overlap"}
     assert all(m.world_size == 1 for m in metrics2)
     assert second.trace_path.endswith("t.py__test_x.2.trace.json")
 

@@ -316,7 +316,12 @@ def test_nccl_report_straggler_and_metrics() -> None:
     assert ar is not None and (ar.count, ar.bytes) == (1, 4 << 20)
     assert ar.per_rank_time_s == pytest.approx((620e-6, 20e-6))
     metrics = {m.name: m for m in report.metrics()}
-    assert set(metrics) == {"profile.comm_overhead", "profile.imbalance", "profile.overlap"}
+    assert set(metrics) == {"profile.comm_overhead", "profile.imbalance", "profile.overlap",
+                            "profile.comm.all_reduce.calls", "profile.comm.all_reduce.bytes"}
+    assert metrics["profile.comm.all_reduce.bytes"].value == 4 << 20
+    assert metrics["profile.comm.all_reduce.calls"].kind == "exact"
+    metrics = {n: m for n, m in metrics.items() if m.kind == "informational"}
+    assert len(metrics) == 3
     assert metrics["profile.imbalance"].threshold == "max_imbalance"
     assert metrics["profile.imbalance"].ranks == (1,)
     assert metrics["profile.imbalance"].hint

@@ -25,7 +25,7 @@ from typing import Any
 from pytest_distperf.intervals import union_length
 from pytest_distperf.rank.clock import Clock, rank_device
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import CommCall, RankStep
+from pytest_distperf.records import PROFILED_REGION, CommCall, RankStep
 
 WRAPPERS = ("ddp", "fsdp")
 #: Learning rate of the default optimizer (plain SGD): small, the values do not matter.
@@ -46,17 +46,23 @@ class StepSpec:
     wrapper_kwargs: dict[str, Any] | None = None
     split_batch: bool = False  # strong scaling: keep this rank's share of batch_fn's batch
     comm_timing: bool = True  # time DDP's gradient buckets with a comm hook
+    #: the user's DDP comm hook, as (state, hook); the timing hook calls it for every bucket
+    comm_hook: tuple[Any, Callable[[Any, Any], Any]] | None = None
+    count_collectives: bool = True  # one more step under torch.profiler, counting collectives
 
 
 class _BucketTimer:
-    """A DDP comm hook doing what the default all-reduce hook does, timing every bucket."""
+    """A DDP comm hook timing every bucket: it does what the default all-reduce hook does,
+    or calls the user's hook (``inner``, as (state, hook)) and times its future."""
 
-    def __init__(self, clock: Clock, group: Any) -> None:
+    def __init__(self, clock: Clock, group: Any,
+                 inner: tuple[Any, Callable[[Any, Any], Any]] | None = None) -> None:
         import torch.distributed as dist
 
         self.clock = clock
         self.group = group
         self.world = dist.get_world_size(group)
+        self.inner = inner
         self.active = False
         self.calls: list[tuple[int, int, Any, Any]] = []  # (bucket, bytes, start, end)
 
@@ -66,14 +72,18 @@ class _BucketTimer:
         buffer = bucket.buffer()
         index = bucket.index()
         nbytes = buffer.numel() * buffer.element_size()
-        buffer.div_(self.world)
         start = self.clock.now() if self.active else None
-        future = dist.all_reduce(buffer, group=self.group, async_op=True).get_future()
+        if self.inner is not None:
+            future = self.inner[1](self.inner[0], bucket)
+        else:
+            buffer.div_(self.world)
+            future = dist.all_reduce(buffer, group=self.group, async_op=True).get_future()
 
         def done(fut: Any) -> Any:
             if start is not None:
                 self.calls.append((index, nbytes, start, self.clock.now()))
-            return fut.value()[0]
+            value = fut.value()
+            return value[0] if isinstance(value, list) else value
 
         return future.then(done)
 
@@ -138,10 +148,12 @@ def build(spec: StepSpec) -> Built:
     wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {})
     timer: _BucketTimer | None = None
     if spec.wrapper == "ddp" and spec.comm_timing:
-        hook = _BucketTimer(clock, wrapped.process_group)
+        hook = _BucketTimer(clock, wrapped.process_group, spec.comm_hook)
         timer = hook
         # DDP checks a hook's annotations against the real classes; a lambda has none.
         wrapped.register_comm_hook(None, lambda state, bucket: hook.hook(state, bucket))  # noqa: PLW0108
+    elif spec.wrapper == "ddp" and spec.comm_hook is not None:
+        wrapped.register_comm_hook(*spec.comm_hook)
     params = list(wrapped.parameters())
     optimizer = (spec.optimizer_fn(params) if spec.optimizer_fn is not None
                  else torch.optim.SGD(params, lr=DEFAULT_LR))
@@ -209,6 +221,26 @@ def _timed_step(built: Built, sync: bool, k: int,
     return phases, buckets
 
 
+def _census(built: Built) -> bytes:
+    """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
+    with shapes: every collective and its message size), inside the region annotation the
+    trace analysis counts in; the trace, compressed.  Untimed: the profiler's overhead
+    does not touch the timings, and counts do not depend on it."""
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from pytest_distperf.rank.profile import exported
+
+    set_phase("ddp_step_timer: counting collectives (one step under torch.profiler)")
+    dist.barrier()
+    built.clock.synchronize()
+    with (profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof,
+          record_function(PROFILED_REGION)):
+        built.train_step()
+        built.clock.synchronize()
+    return exported(prof)
+
+
 def _measure(spec: StepSpec) -> RankStep:
     import torch.distributed as dist
 
@@ -219,6 +251,7 @@ def _measure(spec: StepSpec) -> RankStep:
     no_sync_s: list[float] = []
     comm: list[CommCall] = []
     comm_time_s: list[float] = []
+    bucket_counts: list[int] = []
     peak_rss = _rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
@@ -233,15 +266,18 @@ def _measure(spec: StepSpec) -> RankStep:
                 comm.extend(calls)
                 comm_time_s.append(union_length((c.start_s, c.start_s + c.time_s)
                                                 for c in calls))
+                bucket_counts.append(len(calls))
             if not built.clock.on_cuda:
                 peak_rss = max(peak_rss, _rss_bytes())
     peak, capacity, source = _memory(built.clock, peak_rss, world)
+    census = _census(built) if spec.count_collectives else b""
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
         backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
         step_s=tuple(p[3] for p in phases), no_sync_step_s=tuple(no_sync_s),
         comm=tuple(comm), comm_time_s=tuple(comm_time_s), peak_memory_bytes=peak,
-        memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device))
+        memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
+        buckets=max(bucket_counts) if bucket_counts else None, census=census)
 
 
 def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:

@@ -46,9 +46,17 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
         result = fn(*args, **kwargs)
         clock.synchronize()
     set_phase("dist_profiler: exporting the trace")
+    return RankTrace(exported(prof), result)
+
+
+def exported(prof: Any) -> bytes:
+    """A finished profiler's Chrome trace JSON, zlib-compressed (what crosses to the
+    controller)."""
+    import torch.distributed as dist
+
     with tempfile.TemporaryDirectory(prefix="distperf-trace-") as tmp:
         path = os.path.join(tmp, f"rank{dist.get_rank()}.json")
         prof.export_chrome_trace(path)
         with open(path, "rb") as f:
             data = f.read()
-    return RankTrace(zlib.compress(data, 1), result)
+    return zlib.compress(data, 1)

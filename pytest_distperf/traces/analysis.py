@@ -23,6 +23,7 @@ from pytest_distperf.findings import (
 )
 from pytest_distperf.intervals import intersection_length, total_length
 from pytest_distperf.records import Bottleneck, CollectiveStat, ProfileReport, RankProfile
+from pytest_distperf.traces.census import count_ops
 from pytest_distperf.traces.desync import check_desync
 from pytest_distperf.traces.names import P2P
 from pytest_distperf.traces.rank_timeline import Timeline, timelines
@@ -124,6 +125,7 @@ def analyse(traces: Sequence[Mapping[str, Any]], *, ranks: Sequence[int] | None 
         imbalance_cv=balance.cv,
         batch_shares=tuple(shares),
         results=tuple(results),
+        comm_counts=count_ops([tl.ops for tl in tls]),
     )
 
 

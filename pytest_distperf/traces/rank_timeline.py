@@ -18,7 +18,7 @@ import ast
 import bisect
 import dataclasses
 import math
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -356,30 +356,36 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
     """Give each execution (a kernel, a gloo run) to the call it belongs to.
 
     Linked ones (External id, launch correlation) are exact; the rest go to the oldest call of
-    the same collective still waiting for one (execution is in issue order per group).  An
-    execution no call claims (a collective issued from C++) becomes a call of its own.
+    the same collective and message size still waiting for one (else the oldest of the same
+    collective): execution is in issue order per group, but gloo runs two collectives of
+    one step on two threads, and the second may start first.  An execution no call claims
+    (a collective issued from C++) becomes a call of its own.
     """
-    waiting: dict[str, deque[int]] = defaultdict(deque)
+    waiting: dict[str, list[int]] = defaultdict(list)
     linked_ops = {i for _, i, _ in execs if i is not None}
     for i, d in enumerate(drafts):
         if i not in linked_ops:
             waiting[d.name].append(i)
     for e, link, name in sorted(execs, key=lambda x: x[0].start):
+        nelems, dtype, itemsize = _operator_shape(e.args)
         target = link
         if target is None:
             queue = waiting.get(name)
             if queue:
-                target = queue.popleft()
+                same = [i for i in queue if drafts[i].nelems == nelems]
+                target = same[0] if same else queue[0]
+                queue.remove(target)
             else:
                 drafts.append(_draft_from_execution(e, name))
                 target = len(drafts) - 1
         d = drafts[target]
         d.execs.append(e)
         if d.source in ("c10d", "execution"):
-            # gloo's annotation knows the dtype where a tensor list hid it, and its own dims
-            nelems, dtype, itemsize = _operator_shape(e.args)
-            d.nelems = max(d.nelems, nelems)
-            if not d.itemsize and itemsize:
+            # gloo's annotation knows the dtype where a tensor list hid it, and the dims
+            # where the operator's were not recorded
+            if not d.nelems:
+                d.nelems = nelems
+            if not d.itemsize and itemsize and nelems == d.nelems:
                 d.dtype, d.itemsize = dtype, itemsize
 
 

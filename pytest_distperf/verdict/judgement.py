@@ -15,6 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from pytest_distperf.records import (
+    EXACT,
+    INFO,
+    INFORMATIONAL,
+    MEASURED,
     NO_BASELINE,
     NOT_COMPARABLE,
     SAVED,
@@ -23,6 +27,7 @@ from pytest_distperf.records import (
     Metric,
     Verdict,
 )
+from pytest_distperf.verdict.explain import explain
 from pytest_distperf.verdict.noise import NoiseFigures
 from pytest_distperf.verdict.rule import (
     CONFIRM_PAUSES_S,
@@ -34,8 +39,10 @@ from pytest_distperf.verdict.rule import (
     SAVE_PAUSE_S,
     SAVE_WINDOWS,
     Window,
+    assess,
     carries_control,
     decide,
+    decide_exact,
     make_verdict,
     noise_reasons,
     pooled,
@@ -65,7 +72,8 @@ class Judgement:
 
     def __init__(self, *, measurements: Sequence[Measurement], environment: Environment,
                  first_noise: NoiseFigures | None, tolerance: float,
-                 baseline: BaselineFile | None, test: str) -> None:
+                 baseline: BaselineFile | None, test: str,
+                 exact_tolerance: float = 0.0) -> None:
         metrics = [m for measurement in measurements for m in measurement.metrics]
         #: a metric whose value is not a finite number is neither compared nor saved
         self.unusable = {m.name: m for m in metrics if not math.isfinite(m.value)}
@@ -76,10 +84,12 @@ class Judgement:
         self.env = environment
         self.env_id = environment_id(environment)
         self.tolerance = tolerance
+        self.exact_tolerance = exact_tolerance
         self.file = baseline
         self.test = test
         self.windows: dict[str, list[Window]] = {
             m.name: [Window.of(m, first_noise)] for m in self.metrics.values()}
+        self.stored = self._stored()
         #: per metric: its baseline here, or None and (verdict, detail) saying why there is none
         self.base = {name: self._lookup(name) for name in self.metrics}
 
@@ -93,7 +103,10 @@ class Judgement:
         raise NotImplementedError
 
     def can_confirm(self, name: str) -> bool:
-        return self.labels[name] in self.remeasurable
+        """Whether ``name`` can be measured again: a measured metric (not an exact or an
+        informational one) of a measurement that can be repeated."""
+        return (self.metrics[name].kind == MEASURED
+                and self.labels[name] in self.remeasurable)
 
     def wanted(self) -> list[str]:
         """Labels to re-measure now (empty: the verdicts are ready)."""
@@ -119,16 +132,36 @@ class Judgement:
         return not noise_reasons(window, metric.higher_is_better, metric.is_fraction)
 
     def verdicts(self) -> list[Verdict]:
-        """One verdict per metric (the unusable ones first)."""
+        """One verdict per metric (the unusable ones first), each explained by what else
+        changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
         doing = "saved" if isinstance(self, Save) else "compared"
         out = [make_verdict(m, NOT_COMPARABLE, self.env_id, None, tolerance=self.tolerance,
                             windows=1,
                             detail=f"its value is not a finite number ({m.value}): not {doing}")
                for m in self.unusable.values()]
-        return out + [self.verdict(name) for name in self.metrics]
+        out += [self.verdict(name) for name in self.metrics]
+        return explain(out + self.vanished(), self.labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError
+
+    def vanished(self) -> list[Verdict]:
+        """Verdicts of the exact metrics the baseline has and this run did not record,
+        where this run recorded others of their family: a collective no longer issued."""
+        return []
+
+    def _stored(self) -> dict[str, StoredMetric]:
+        """The test's baselines in this environment (empty where there are none)."""
+        if self.file is None:
+            return {}
+        return self.file.metrics(self.test, self.env_id) or {}
+
+    def _family_present(self, name: str) -> str:
+        """The label of a measurement of this run that recorded exact metrics of ``name``'s
+        family (``comm.`` with the same prefix and ``#n``), or ""."""
+        family = exact_family(name)
+        return next((self.labels[n] for n, m in self.metrics.items()
+                     if m.kind == EXACT and exact_family(n) == family), "")
 
     def _lookup(self, name: str) -> tuple[StoredMetric | None, tuple[str, str]]:
         metric = self.metrics[name]
@@ -148,6 +181,11 @@ class Judgement:
         if differs:
             return None, (NOT_COMPARABLE, f"the stored environment differs: {differs}")
         base = stored.get(name)
+        if base is None and metric.kind == EXACT and any(
+                exact_family(n) == exact_family(name) and m.kind == EXACT
+                for n, m in stored.items()):
+            # a collective the baseline's step did not issue: it issued 0 of them
+            return StoredMetric(metric.unit, metric.higher_is_better, 0.0, kind=EXACT), ("", "")
         if base is None:
             return None, (NO_BASELINE, "a new metric: no baseline for it yet")
         if base.unit != metric.unit or base.higher_is_better != metric.higher_is_better:
@@ -167,6 +205,21 @@ class Comparison(Judgement):
             return False
         return decide(base, self.windows[name], self.tolerance, can_confirm=True)[3]
 
+    def vanished(self) -> list[Verdict]:
+        out = []
+        for name, base in self.stored.items():
+            if name in self.metrics or name in self.unusable or base.kind != EXACT:
+                continue
+            label = self._family_present(name)
+            if not label:
+                continue
+            self.labels[name] = label
+            metric = Metric(name, 0.0, base.unit, base.higher_is_better, kind=EXACT)
+            verdict, a, detail = decide_exact(base, Window(0.0), self.exact_tolerance)
+            out.append(make_verdict(metric, verdict, self.env_id, a, tolerance=self.tolerance,
+                                    windows=1, detail=detail))
+        return out
+
     def delay(self, name: str) -> float:
         if self.has_control(name):
             return CONTROL_PAUSE_S
@@ -180,6 +233,18 @@ class Comparison(Judgement):
         if base is None:
             return make_verdict(metric, verdict, self.env_id, None, tolerance=self.tolerance,
                                 windows=windows, detail=detail)
+        if metric.kind == EXACT:
+            verdict, chosen, detail = decide_exact(base, self.windows[name][0],
+                                                   self.exact_tolerance)
+            return make_verdict(metric, verdict, self.env_id, chosen,
+                                tolerance=self.tolerance, windows=1, detail=detail)
+        if metric.kind == INFORMATIONAL:
+            best = min((assess(base, w, self.tolerance) for w in self.windows[name]),
+                       key=lambda a: a.worse)
+            return make_verdict(metric, INFO, self.env_id, best, tolerance=self.tolerance,
+                                windows=windows,
+                                detail="informational: shown to explain the other verdicts, "
+                                       "never a failure")
         verdict, chosen, detail, _ = decide(base, self.windows[name], self.tolerance,
                                             can_confirm=self.can_confirm(name))
         return make_verdict(metric, verdict, self.env_id, chosen, tolerance=self.tolerance,
@@ -217,8 +282,11 @@ class Save(Judgement):
         return wins[keys.index(choose(keys))]
 
     def _save_window(self, name: str) -> Window:
-        """What a save stores: with a host-speed control, the quiet measurements pooled (all
-        of them when none is quiet: the comparison pools too); otherwise the best one."""
+        """What a save stores: an exact metric's first measurement; with a host-speed
+        control, the quiet measurements pooled (all of them when none is quiet: the
+        comparison pools too); otherwise the best one."""
+        if self.metrics[name].kind == EXACT:
+            return self.windows[name][0]
         if not self.has_control(name):
             return self._best_window(name)
         wins = self.windows[name]
@@ -232,7 +300,8 @@ class Save(Judgement):
                             steal=window.noise.steal if window.noise else None,
                             wait=window.noise.wait if window.noise else None,
                             control=window.control,
-                            measurements=window.sizes if window.control else ())
+                            measurements=window.sizes if window.control else (),
+                            kind=metric.kind)
 
     def verdict(self, name: str) -> Verdict:
         metric = self.metrics[name]
@@ -242,6 +311,12 @@ class Save(Judgement):
         count = len(self.windows[name])
         detail = (f"{count} measurement(s) pooled, with the host-speed control"
                   if new.control else f"best of {count} measurement(s)")
+        if metric.kind == EXACT:
+            seen = sorted({w.value for w in self.windows[name]})
+            detail = "exact" + ("" if len(seen) == 1 else (
+                f"; NOT deterministic: {len(seen)} values in {count} measurements "
+                f"({', '.join(f'{v:g}' for v in seen)}); saved the first: raise "
+                "exact_tolerance or make the step deterministic"))
         if noisy:
             detail += (f"; saved from a noisy measurement ({', '.join(noisy)}): re-save on a "
                        "quieter machine")
@@ -269,11 +344,24 @@ class Save(Judgement):
 
 def make_judgement(*, save: bool, measurements: Sequence[Measurement],
                    environment: Environment, first_noise: NoiseFigures | None,
-                   tolerance: float, baseline: BaselineFile | None, test: str) -> Judgement:
+                   tolerance: float, baseline: BaselineFile | None, test: str,
+                   exact_tolerance: float = 0.0) -> Judgement:
     """A :class:`Save` with ``--distperf-save``, else a :class:`Comparison`."""
     cls = Save if save else Comparison
     return cls(measurements=measurements, environment=environment, first_noise=first_noise,
-               tolerance=tolerance, baseline=baseline, test=test)
+               tolerance=tolerance, baseline=baseline, test=test,
+               exact_tolerance=exact_tolerance)
+
+
+def exact_family(name: str) -> str:
+    """The family of an exact metric: its name up to ``comm.`` and its ``#n``, if any
+    (``gpt.comm.all_reduce.calls#2`` -> ``gpt.comm.#2``); "" for a name without
+    ``comm.``.  A collective missing from one side of a family was issued 0 times."""
+    head, sep, tail = name.rpartition("comm.")
+    if not sep:
+        return ""
+    number = tail.rpartition("#")[2] if "#" in tail else ""
+    return f"{head}comm.#{number}" if number else f"{head}comm."
 
 
 def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], *,

@@ -354,6 +354,33 @@ def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
     return INCONCLUSIVE, best, detail, rounds_left
 
 
+def decide_exact(base: StoredMetric, window: Window,
+                 exact_tolerance: float) -> tuple[str, Assessment, str]:
+    """An exact metric (a count or a byte total): any change beyond ``exact_tolerance``
+    (absolute) is a regression or an improvement, from this one measurement; nothing is
+    measured again and no test is made: a count does not depend on the host's speed."""
+    b, c = base.value, window.value
+    delta = c - b
+    sign = -1.0 if base.higher_is_better else 1.0
+    change = delta / abs(b) if b else None
+    worse = sign * change if change is not None else (
+        math.copysign(math.inf, sign * delta) if delta else 0.0)
+    past = abs(delta) > exact_tolerance
+    a = Assessment(b, c, change, worse, past and sign * delta > 0, past and sign * delta < 0,
+                   None, None, None, window.noise, ())
+    if not past:
+        return UNCHANGED, a, ""
+    how = (f"exact: {_count(b)} -> {_count(c)} ({delta:+,.0f}; exact tolerance "
+           f"{exact_tolerance:,.0f})")
+    if a.worse_like:
+        return REGRESSED, a, how
+    return IMPROVED, a, f"{how}: re-save with --distperf-save if this is intended"
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.6g}"
+
+
 def _confidence(verdict: str, a: Assessment) -> float | None:
     p = a.p_better if verdict == IMPROVED else a.p_worse
     if p is None or verdict in (UNCHANGED, NO_BASELINE, NOT_COMPARABLE, SAVED):
@@ -380,4 +407,5 @@ def make_verdict(metric: Metric, verdict: str, env_id: str, assessment: Assessme
         detail=detail,
         host_change=a.host_change if a is not None else None,
         control_slope=a.control_slope if a is not None else None,
+        kind=metric.kind,
     )

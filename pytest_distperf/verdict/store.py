@@ -26,7 +26,7 @@ from typing import Any
 from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int
 from pytest_distperf.files import write_atomically
 from pytest_distperf.quantiles import median_or_nan
-from pytest_distperf.records import Environment
+from pytest_distperf.records import EXACT, METRIC_KINDS, Environment
 from pytest_distperf.verdict.stats import estimate, split_parts
 
 if sys.version_info >= (3, 11):
@@ -39,7 +39,7 @@ import tomli_w
 #: The layout version of a baseline file; a file of another version is refused, untouched.
 SCHEMA_VERSION = 1
 #: Threshold keys an environment's ``thresholds`` table may hold.
-THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance")
+THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 _ENV_FIELDS: tuple[tuple[str, type], ...] = (
     ("backend", str), ("device_type", str), ("device_model", str), ("device_count", int),
     ("world_size", int), ("torch_version", str), ("nccl_version", str),
@@ -112,6 +112,7 @@ class StoredMetric:
     wait: float | None = None
     control: tuple[float, ...] = ()  # the host-speed control, one per sample, or ()
     measurements: tuple[int, ...] = ()  # sizes of the pooled measurements (sum: len(samples))
+    kind: str = ""  # the metric's kind (records.METRIC_KINDS): "", "exact", "informational"
 
     @property
     def is_fraction(self) -> bool:
@@ -134,6 +135,12 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
         "higher_is_better": metric.higher_is_better,
         "value": _round(metric.value),
     }
+    if metric.kind:
+        table["kind"] = metric.kind
+    if metric.kind == EXACT:  # a count, to the unit: not rounded, no samples, no noise
+        table["value"] = (int(metric.value) if float(metric.value).is_integer()
+                          else metric.value)
+        return table
     if len(metric.samples) >= 1:
         table["estimate"] = _round(estimate(metric.samples, metric.value,
                                             metric.higher_is_better, metric.is_fraction))
@@ -183,7 +190,8 @@ class BaselineFile:
                 samples=tuple(float(v) for v in table.get("samples", ())),
                 steal=_opt_float(table.get("steal")), wait=_opt_float(table.get("cpu_wait")),
                 control=tuple(float(v) for v in table.get("control", ())),
-                measurements=tuple(int(v) for v in table.get("measurements", ())))
+                measurements=tuple(int(v) for v in table.get("measurements", ())),
+                kind=str(table.get("kind", "")))
         return out
 
 
@@ -315,6 +323,10 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
     if not _is_number(table.get("value")):
         raise fail([*keys, "value"], f"metric {label}: value must be a finite number, "
                                      f"got {table.get('value')!r}")
+    if table.get("kind", "") not in METRIC_KINDS:
+        raise fail([*keys, "kind"], f"metric {label}: kind must be one of "
+                                    f"{', '.join(repr(k) for k in METRIC_KINDS if k)}, "
+                                    f"got {table.get('kind')!r}")
     samples = table.get("samples", [])
     if not isinstance(samples, list) or not all(_is_number(v) for v in samples):
         raise fail([*keys, "samples"], f"metric {label}: samples must be a list of numbers")

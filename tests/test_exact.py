@@ -1,0 +1,183 @@
+"""Exact and informational metrics, and the explanation a verdict carries: pure unit tests.
+
+The end-to-end side (counting the collectives of a real DDP step on gloo ranks, and a
+regression in their count failing a test with its explanation) is in tests/test_verdicts.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_distperf import verdict as bl
+from pytest_distperf.records import (
+    EXACT,
+    INFO,
+    INFORMATIONAL,
+    Environment,
+    Measurement,
+    Metric,
+    Verdict,
+)
+from pytest_distperf.verdict.explain import explain
+from pytest_distperf.verdict.judgement import exact_family
+from pytest_distperf.verdict.noise import NoiseFigures
+
+CPU = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "")
+QUIET = NoiseFigures(1.0, 0.05, 0.08)
+TIMES = tuple(0.020 + 0.0002 * i for i in range(20))
+LABEL = "ddp_step_timer(ddp, 2 ranks)"
+
+
+def exact(name: str, value: float, unit: str = "calls/step") -> Metric:
+    return Metric(name, float(value), unit, False, kind=EXACT)
+
+
+def timed(name: str, factor: float, kind: str = "") -> Metric:
+    samples = tuple(v * factor for v in TIMES)
+    return Metric(name, samples[10], "s", False, samples, kind=kind)
+
+
+def step(calls: int = 2, nbytes: int = 4_000_000, buckets: int = 2, compute: float = 1.0,
+         exposed: float = 1.0, slower: float = 1.0, barrier: int = 0) -> list[Metric]:
+    out = [timed("step_time_s", slower), timed("compute_time_s", compute, INFORMATIONAL),
+           timed("exposed_comm_s", exposed, INFORMATIONAL),
+           exact("comm.all_reduce.calls", calls), exact("comm.all_reduce.bytes", nbytes, "B/step"),
+           exact("comm.buckets", buckets, "buckets/step")]
+    if barrier:
+        out.append(exact("comm.barrier.calls", barrier))
+    return out
+
+
+def judgement(file: bl.BaselineFile | None, metrics: list[Metric], *, save: bool = False,
+              exact_tolerance: float = 0.0) -> Any:
+    measured = Measurement(LABEL, tuple(metrics), None, lambda: list(metrics))
+    return bl.make_judgement(save=save, measurements=[measured], environment=CPU,
+                             first_noise=QUIET, tolerance=0.10, baseline=file, test="test_a",
+                             exact_tolerance=exact_tolerance)
+
+
+def saved(tmp_path: Path, metrics: list[Metric]) -> bl.BaselineFile:
+    j = judgement(None, metrics, save=True)
+    while j.wanted():  # the measured metrics want their save measurements; same figures
+        j.add_window(LABEL, metrics, QUIET)
+    path = tmp_path / "test_x.toml"
+    bl.save_test(path, "test_x.py", "test_a", j.save_entries())
+    file = bl.load(path)
+    assert file is not None
+    return file
+
+
+def verdicts_of(file: bl.BaselineFile, metrics: list[Metric], **kw: Any) -> dict[str, Any]:
+    j = judgement(file, metrics, **kw)
+    while j.wanted():  # confirmations of the measured metrics: the same figures again
+        j.add_window(LABEL, metrics, QUIET)
+    return {v.metric: v for v in j.verdicts()}
+
+
+def test_counts_are_stored_to_the_unit_without_samples_or_noise(tmp_path: Path) -> None:
+    file = saved(tmp_path, step(nbytes=2_105_344))
+    table = file.data["tests"]["test_a"][bl.environment_id(CPU)]["metrics"]
+    assert table["comm.all_reduce.bytes"] == {"unit": "B/step", "higher_is_better": False,
+                                              "value": 2_105_344, "kind": "exact"}
+    assert table["compute_time_s"]["kind"] == "informational"
+    assert "kind" not in table["step_time_s"]
+    stored = file.metrics("test_a", bl.environment_id(CPU))
+    assert stored is not None and stored["comm.buckets"].kind == EXACT
+
+
+def test_an_exact_metric_is_judged_at_once_and_exactly(tmp_path: Path) -> None:
+    file = saved(tmp_path, step())
+    j = judgement(file, step(calls=3))
+    assert j.wanted() == []  # nothing to confirm: a count does not depend on the host
+    v = {x.metric: x for x in j.verdicts()}
+    calls = v["comm.all_reduce.calls"]
+    assert (calls.verdict, calls.baseline, calls.current, calls.windows) == (
+        bl.REGRESSED, 2.0, 3.0, 1)
+    assert calls.confidence is None and "exact: 2 -> 3 (+1; exact tolerance 0)" in calls.detail
+    assert v["comm.all_reduce.bytes"].verdict == bl.UNCHANGED
+    fewer = verdicts_of(file, step(calls=1))["comm.all_reduce.calls"]
+    assert fewer.verdict == bl.IMPROVED and "re-save" in fewer.detail
+    # one byte is a change; an exact tolerance lets it through
+    assert verdicts_of(file, step(nbytes=4_000_001))["comm.all_reduce.bytes"].verdict \
+        == bl.REGRESSED
+    loose = verdicts_of(file, step(nbytes=4_000_064), exact_tolerance=64)
+    assert loose["comm.all_reduce.bytes"].verdict == bl.UNCHANGED
+
+
+def test_a_new_collective_counts_from_zero_and_a_vanished_one_is_reported(
+        tmp_path: Path) -> None:
+    file = saved(tmp_path, step())
+    v = verdicts_of(file, step(barrier=1))
+    barrier = v["comm.barrier.calls"]
+    assert (barrier.verdict, barrier.baseline, barrier.current) == (bl.REGRESSED, 0.0, 1.0)
+    assert barrier.explanation == "barrier: new, 1 call(s)/step: an extra barrier in the step?"
+    back = verdicts_of(saved(tmp_path, step(barrier=1)), step())
+    gone = back["comm.barrier.calls"]
+    assert (gone.verdict, gone.baseline, gone.current) == (bl.IMPROVED, 1.0, 0.0)
+    assert gone.explanation == "barrier: no longer issued (was 1 call(s)/step)"
+    # a measurement without counts (count_collectives=False) does not make them all vanish
+    plain = [m for m in step() if m.kind != EXACT]
+    assert not any(x.kind == EXACT for x in verdicts_of(file, plain).values())
+
+
+def test_informational_metrics_are_compared_and_never_fail(tmp_path: Path) -> None:
+    file = saved(tmp_path, step())
+    j = judgement(file, step(compute=3.0))
+    assert j.wanted() == []
+    v = {x.metric: x for x in j.verdicts()}
+    compute = v["compute_time_s"]
+    assert compute.verdict == INFO and compute.change == pytest.approx(2.0)
+    assert "never a failure" in compute.detail
+
+
+def test_a_step_regression_says_what_changed_with_it(tmp_path: Path) -> None:
+    file = saved(tmp_path, step())
+    v = verdicts_of(file, step(calls=18, buckets=18, slower=1.5, compute=1.0, exposed=3.3))
+    assert v["step_time_s"].verdict == bl.REGRESSED
+    assert v["step_time_s"].explanation == (
+        "all_reduce calls/step 2 -> 18, bytes unchanged: smaller gradient buckets "
+        "(bucket_cap_mb)?; gradient buckets/step 2 -> 18: smaller buckets (bucket_cap_mb)?; "
+        "compute unchanged, exposed communication +230%")
+    compute = verdicts_of(file, step(slower=1.3, compute=1.14))["step_time_s"]
+    assert compute.explanation == ("collective calls and bytes unchanged; compute +14%, "
+                                   "exposed communication unchanged")
+    unused = verdicts_of(file, step(calls=3, nbytes=4_000_064))
+    assert unused["comm.all_reduce.calls"].explanation == (
+        "all_reduce calls/step 2 -> 3, bytes/step 3.81 MiB -> 3.81 MiB (+0.0%): a small extra "
+        "message per step (find_unused_parameters' used-parameter map? a new all_reduce of a "
+        "scalar?)")
+    bigger = verdicts_of(file, step(nbytes=5_000_000))["comm.all_reduce.bytes"]
+    assert bigger.explanation == ("all_reduce bytes/step 3.81 MiB -> 4.77 MiB (+25.0%), calls "
+                                  "unchanged: more data per call (a larger model?)")
+    assert verdicts_of(file, step())["step_time_s"].explanation == ""  # unchanged
+
+
+def test_a_save_says_when_a_count_was_not_deterministic() -> None:
+    j = judgement(None, step(), save=True)
+    j.add_window(LABEL, step(calls=3), QUIET)
+    while j.wanted():
+        j.add_window(LABEL, step(), QUIET)
+    v = {x.metric: x for x in j.verdicts()}
+    assert v["comm.all_reduce.calls"].current == 2.0
+    assert "NOT deterministic: 2 values" in v["comm.all_reduce.calls"].detail
+    assert v["comm.all_reduce.bytes"].detail == "exact"
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("comm.all_reduce.calls", "comm."), ("gpt.comm.buckets", "gpt.comm."),
+    ("comm.all_reduce.bytes#2", "comm.#2"), ("comm.all_reduce[ranks 0,1].calls", "comm."),
+    ("step_time_s", ""), ("profile.comm_overhead", ""),
+])
+def test_exact_families(name: str, family: str) -> None:
+    assert exact_family(name) == family
+
+
+def test_explanations_stay_within_their_measurement() -> None:
+    a = Verdict("a.step_time_s", bl.REGRESSED, change=0.5)
+    b = Verdict("b.comm.all_reduce.calls", bl.REGRESSED, baseline=2, current=9, kind=EXACT)
+    out = {v.metric: v for v in explain([a, b], {a.metric: "A", b.metric: "B"}, 0.1)}
+    assert out["a.step_time_s"].explanation == ""
+    assert out["b.comm.all_reduce.calls"].explanation == "all_reduce calls/step 2 -> 9"
