@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -200,11 +201,30 @@ def test_bad_files_are_refused_and_left_unchanged(tmp_path: Path, kind: str) -> 
 
 # -- statistics ------------------------------------------------------------------------------
 def test_mann_whitney_matches_the_textbook() -> None:
-    # scipy.stats.mannwhitneyu([6..10], [1..5], alternative="greater", method="asymptotic")
-    assert bl.mann_whitney_greater([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(
-        0.006092, abs=2e-6)
-    assert bl.mann_whitney_greater([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) > 0.99
-    assert bl.mann_whitney_greater([1.0] * 6, [1.0] * 6) == 0.5
+    # exact: one ordering in C(10, 5) = 252 puts every x above every y
+    assert bl.mann_whitney_greater([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(1 / 252)
+    assert bl.mann_whitney_greater([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == 1.0
+    assert bl.mann_whitney_greater([1.0] * 6, [1.0] * 6) == 0.5  # all tied: no evidence
+
+
+@pytest.mark.parametrize(("nx", "ny"), [(1, 1), (3, 2), (5, 5), (4, 9), (10, 10), (7, 20),
+                                        (25, 25), (50, 50), (60, 60)])
+def test_mann_whitney_agrees_with_scipy(nx: int, ny: int) -> None:
+    """Exact without ties up to EXACT_PAIRS pairs, asymptotic (tie and continuity
+    corrections) beyond them and with ties: scipy's own methods, to rounding."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(nx * 100 + ny)
+    for shift in (0.0, 0.5, 1.5):
+        x = [rng.gauss(shift, 1) for _ in range(nx)]
+        y = [rng.gauss(0, 1) for _ in range(ny)]
+        method = "exact" if nx * ny <= bl.EXACT_PAIRS else "asymptotic"
+        want = scipy_stats.mannwhitneyu(x, y, alternative="greater", method=method).pvalue
+        assert bl.mann_whitney_greater(x, y) == pytest.approx(want, rel=1e-9, abs=1e-300)
+        tied = [round(v, 1) for v in x], [round(v, 1) for v in y]
+        want = scipy_stats.mannwhitneyu(*tied, alternative="greater",
+                                        method="asymptotic").pvalue
+        if len(set(tied[0] + tied[1])) < nx + ny:  # ties: the normal approximation
+            assert bl.mann_whitney_greater(*tied) == pytest.approx(want, rel=1e-9)
 
 
 def test_estimate_takes_the_side_noise_cannot_reach() -> None:

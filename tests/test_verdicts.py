@@ -330,3 +330,81 @@ def test_every_bench_call_of_one_op_is_judged_and_confirmed_on_its_own(
     assert first["change"] < -0.5 and first["detail"] != "awaiting confirmation"
     assert first["verdict"] in (bl.REGRESSED, bl.INCONCLUSIVE)
     assert result.ret == (1 if first["verdict"] == bl.REGRESSED else 0)
+
+
+STEP_CHANGES = textwrap.dedent("""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+
+    def model():
+        return torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
+
+
+    def loss(out):
+        if os.environ.get("EXTRA_BARRIER") == "1":
+            dist.barrier()
+        return out.sum()
+
+
+    def test_step(ddp_step_timer):
+        cap = float(os.environ.get("BUCKET_CAP_MB", "25"))
+        ddp_step_timer(model, lambda rank: torch.randn(8, 64), steps=4, warmup=1,
+                       loss_fn=loss, wrapper_kwargs={"bucket_cap_mb": cap})
+""")
+#: The model's gradients: 4 x (64 x 64 + 64) float32.
+STEP_BYTES = 4 * (64 * 64 + 64) * 4
+
+
+def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real DDP steps on gloo: smaller buckets (more all-reduces, the same bytes) and an
+    extra barrier per step are regressions of exact counts, whatever the host's speed; the
+    failure names the change beside it.  Only exact verdicts are asserted: the timings of
+    this tiny model are left to the noise."""
+    pytester.makepyfile(test_step=STEP_CHANGES)
+    pytester.runpytest_subprocess(*RUN, "--distperf-save",
+                                  "-o", "distperf_max_comm_overhead=1").assert_outcomes(passed=1)
+    data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
+    (entry,) = data["tests"]["test_step"].values()
+    metrics = entry["metrics"]
+    assert metrics["comm.all_reduce.bytes"] == {"unit": "B/step", "higher_is_better": False,
+                                                "value": STEP_BYTES, "kind": "exact"}
+    assert metrics["comm.all_reduce.calls"]["value"] == metrics["comm.buckets"]["value"] == 1
+
+    def compare(**env: str) -> tuple[pytest.RunResult, dict[str, dict]]:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        report = pytester.path / "report.json"
+        result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}",
+                                               "-o", "distperf_max_comm_overhead=1")
+        for key in env:
+            monkeypatch.delenv(key)
+        (test,) = json.loads(report.read_text())["tests"]
+        return result, {v["metric"]: v for v in test["verdicts"]}
+
+    # a 4 KiB bucket cap: one all-reduce per layer, the same bytes
+    result, verdicts = compare(BUCKET_CAP_MB=str(4 * 1024 / 2**20))
+    assert result.ret == 1
+    calls = verdicts["comm.all_reduce.calls"]
+    assert (calls["verdict"], calls["baseline"], calls["current"]) == (bl.REGRESSED, 1, 4)
+    assert verdicts["comm.buckets"]["verdict"] == bl.REGRESSED
+    assert verdicts["comm.all_reduce.bytes"]["verdict"] == bl.UNCHANGED
+    result.stdout.fnmatch_lines([
+        "*comm.all_reduce.calls: exact: 1 -> 4 (+3; exact tolerance 0)*",
+        "*what changed with it: all_reduce calls/step 1 -> 4, bytes unchanged: smaller "
+        "gradient buckets (bucket_cap_mb)?*"])
+
+    # an extra barrier in every step: a collective the baseline never issued
+    result, verdicts = compare(EXTRA_BARRIER="1")
+    assert result.ret == 1
+    barrier = verdicts["comm.barrier.calls"]
+    assert (barrier["verdict"], barrier["baseline"], barrier["current"]) == (bl.REGRESSED, 0, 1)
+    assert barrier["explanation"] == "barrier: new, 1 call(s)/step: an extra barrier in the step?"
+    assert verdicts["comm.all_reduce.calls"]["verdict"] == bl.UNCHANGED
+
+    # the same step again: every exact count unchanged
+    _, verdicts = compare()
+    assert {v["verdict"] for v in verdicts.values() if v["kind"] == "exact"} == {bl.UNCHANGED}
