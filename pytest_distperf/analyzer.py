@@ -13,6 +13,7 @@ Conventions (see docs/metrics.md for the meaning of every figure):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -115,15 +116,18 @@ def communication_summary(calls: Iterable[CommCall]) -> list[CommSummary]:
 
 # -- load balance --------------------------------------------------------------------------
 def load_balance(compute_s: Sequence[float | None], wait_s: Sequence[float | None] = (),
-                 *, step_time_s: float = 0.0,
-                 limit: float | None = None) -> LoadBalance:
+                 *, step_time_s: float = 0.0, limit: float | None = None,
+                 paired: Paired | None = None) -> LoadBalance:
     """Imbalance, coefficient of variation, stragglers and idle time from per-rank figures.
 
     ``compute_s[r]`` is rank r's compute time per step (None or NaN: missing, left out);
     ``wait_s[r]`` the time it waited for others per step.  A straggler is a rank whose compute
     exceeds the median rank's by more than ``limit / 2`` of it, in a group whose imbalance
     reaches ``limit`` (with two ranks: the slower one, exactly when imbalance >= limit);
-    ``limit`` defaults to the ``max_imbalance`` threshold.
+    ``limit`` defaults to the ``max_imbalance`` threshold.  ``paired`` (from
+    :func:`paired_steps`, for ranks whose steps start together) gives the imbalance and
+    each rank's excess step by step instead: the host's speed changes between steps,
+    and comparing each rank's own quantile mistakes that for imbalance.
     """
     if limit is None:
         limit = resolve_thresholds()["max_imbalance"]
@@ -138,7 +142,12 @@ def load_balance(compute_s: Sequence[float | None], wait_s: Sequence[float | Non
         mean = sum(values) / len(values)
         imbalance = _ratio(max(values) - min(values), mean)
         cv = _ratio(float(np.std(np.array(values))), mean)
-        if imbalance >= limit and imbalance > 0:
+        if paired is not None:
+            imbalance = paired.imbalance
+            if imbalance >= limit and imbalance > 0:
+                stragglers = tuple(r for r in valid if r < len(paired.excess)
+                                   and (paired.excess[r] or 0.0) > limit / 2.0)
+        elif imbalance >= limit and imbalance > 0:
             mid = median_or_nan(values)
             cut = mid * (1.0 + limit / 2.0)
             stragglers = tuple(r for r, v in zip(valid, values, strict=True)
@@ -150,6 +159,39 @@ def load_balance(compute_s: Sequence[float | None], wait_s: Sequence[float | Non
     compute = tuple(float(cleaned[r] or 0.0) if r in valid else 0.0 for r in range(n))
     idle = tuple(_clamp01(_ratio(w, step_time_s)) for w in waits)
     return LoadBalance(compute, tuple(waits), idle, imbalance, cv, stragglers, missing)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Paired:
+    """Load balance step by step: the median over steps of (max - min) / mean of the ranks'
+    times, and per rank the median over steps of its time's excess over the step's median
+    rank ((t - median) / median; None for a rank without steps)."""
+
+    imbalance: float
+    excess: tuple[float | None, ...]
+
+
+def paired_steps(rows: Sequence[Sequence[float]]) -> Paired | None:
+    """:class:`Paired` from per-rank step times (``rows[r][k]``: rank r's step k; the steps
+    of all ranks start together, at a barrier).  None with fewer than two ranks or no step
+    every rank has."""
+    length = min((len(r) for r in rows), default=0)
+    if len(rows) < 2 or length == 0:
+        return None
+    per_step = []
+    excess: list[list[float]] = [[] for _ in rows]
+    for k in range(length):
+        column = [float(r[k]) for r in rows]
+        if not all(math.isfinite(v) and v >= 0 for v in column):
+            continue
+        mid = median_or_nan(column)
+        per_step.append(_ratio(max(column) - min(column), sum(column) / len(column)))
+        for r, v in enumerate(column):
+            excess[r].append(_ratio(v - mid, mid))
+    if not per_step:
+        return None
+    return Paired(median_or_nan(per_step),
+                  tuple(median_or_nan(e) if e else None for e in excess))
 
 
 def batch_shares(throughput: Sequence[float | None],
@@ -279,7 +321,11 @@ def _rank_balance(ranks: Sequence[RankStep], step_time: float,
     known_blocked = [b for b in blocked if b is not None]
     least = min(known_blocked) if known_blocked else 0.0
     waits: list[float | None] = [None if b is None else b - least for b in blocked]
-    return compute, load_balance(compute, waits, step_time_s=step_time, limit=limit)
+    paired = None
+    if [r.rank for r in ranks] == list(range(size)):  # every rank: steps pair up
+        paired = paired_steps([r.no_sync_step_s for r in ranks])
+    return compute, load_balance(compute, waits, step_time_s=step_time, limit=limit,
+                                 paired=paired)
 
 
 def _group_phases(ranks: Sequence[RankStep], steps_s: Sequence[float],

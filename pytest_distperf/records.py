@@ -80,11 +80,19 @@ class Environment:
     world_size: int
     torch_version: str
     nccl_version: str  # "" where NCCL is not in use
+    #: on CPU ranks: the cores the ranks may run on, and each rank's torch threads (0 on
+    #: CUDA, where the device sets the pace): a 2-core and a 16-core runner of one CPU model
+    #: are different machines
+    cpu_cores: int = 0
+    threads_per_rank: int = 0
 
     def key(self) -> str:
-        """A stable, readable key, e.g. ``gloo-cpu-w2-torch2.13.0`` (device model separate)."""
-        parts = [self.backend, self.device_type, f"w{self.world_size}",
-                 f"torch{self.torch_version.split('+')[0]}"]
+        """A stable, readable key, e.g. ``gloo-cpu-w2-c2t1-torch2.13.0`` (2 cores, 1 thread
+        per rank; the device model is separate)."""
+        parts = [self.backend, self.device_type, f"w{self.world_size}"]
+        if self.cpu_cores:
+            parts.append(f"c{self.cpu_cores}t{self.threads_per_rank}")
+        parts.append(f"torch{self.torch_version.split('+')[0]}")
         if self.nccl_version:
             parts.append(f"nccl{self.nccl_version}")
         return "-".join(parts)

@@ -5,6 +5,7 @@ Pure: no torch, no ranks.  Times are in seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -16,6 +17,7 @@ from pytest_distperf.analyzer import (
     batch_shares,
     communication_summary,
     load_balance,
+    paired_steps,
     phase_stats,
     scaling_result,
 )
@@ -457,6 +459,29 @@ def test_step_metrics_names_units_thresholds_and_breach_text() -> None:
     assert "ranks involved: 1" in text and "rank 0: 80%, rank 1: 20%" in text
     named = [m.name for m in step_metrics(t, "resnet.")]
     assert named[0] == "resnet.step_time_s"
+
+
+def test_imbalance_pairs_the_ranks_step_by_step() -> None:
+    """The host flips speed between steps and both ranks flip with it (10 ms fast, 20 ms
+    slow), rank 0 in 6 fast steps of 20, rank 1 in 4: each rank's own 25% quantile says
+    10 ms against 20 ms, a 0.67 "imbalance" with a false straggler; step by step the
+    ranks are even."""
+    host = [0.010 if k in (0, 5, 10, 15) else 0.020 for k in range(20)]
+    r0 = [0.010 if k in (0, 5, 10, 15, 7, 12) else v for k, v in enumerate(host)]
+
+    def rank(i: int, no_sync: list[float]) -> RankStep:
+        return dataclasses.replace(rank_step(i, 0.03, 0.02, n=20), no_sync_step_s=tuple(no_sync))
+
+    t = analyze_steps([rank(0, r0), rank(1, host)])
+    assert t.imbalance == 0.0 and t.stragglers == []
+    assert "straggler" not in kinds(t) and "imbalance" not in kinds(t)
+    unpaired = load_balance([t.per_rank[0].compute_time_s, t.per_rank[1].compute_time_s])
+    assert unpaired.imbalance == pytest.approx(2 / 3) and unpaired.stragglers == (1,)
+    # a real straggler stands out in every step, whatever the host does
+    slow = [v * 1.5 for v in host]
+    t = analyze_steps([rank(0, host), rank(1, slow), rank(2, host)])
+    assert t.stragglers == [1] and t.imbalance == pytest.approx(0.5 / (3.5 / 3))
+    assert paired_steps([host]) is None and paired_steps([[], []]) is None
 
 
 def test_counted_collectives_become_exact_metrics_per_kind_and_group() -> None:

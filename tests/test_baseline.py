@@ -70,7 +70,28 @@ def test_environment_ids_keep_hardware_apart() -> None:
     assert bl.environment_id(CPU) == "gloo-cpu-w2-torch2.13.0-amd-epyc-7r13"
     assert bl.environment_id(H100) == "nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100-80gb-hbm3"
     a100 = Environment("nccl", "cuda", "NVIDIA A100-SXM4-80GB", 8, 8, "2.6.0+cu124", "2.21.5")
-    assert len({bl.environment_id(e) for e in (CPU, CPU4, H100, a100)}) == 4
+    two = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "", 2, 1)
+    sixteen = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "", 16, 8)
+    assert bl.environment_id(sixteen) == "gloo-cpu-w2-c16t8-torch2.13.0-amd-epyc-7r13"
+    ids = {bl.environment_id(e) for e in (CPU, CPU4, H100, a100, two, sixteen)}
+    assert len(ids) == 6
+
+
+def test_a_baseline_from_before_core_counts_is_read_and_not_compared(tmp_path: Path) -> None:
+    """A file written before environments had core counts is valid; its baselines are
+    not compared with a runner whose cores are known, and the verdict says why."""
+    path = tmp_path / "test_x.toml"
+    save(path, "test_a", CPU, **{"w.time_s": stored()})
+    text = path.read_text()
+    old = text.replace("cpu_cores = 0\n", "").replace("threads_per_rank = 0\n", "")
+    assert old != text
+    path.write_text(old)
+    file = bl.load(path)
+    assert file is not None
+    assert bl.same_environment(file.environments()[bl.environment_id(CPU)], CPU) == ""
+    counted = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "", 2, 1)
+    differs = bl.same_environment(file.environments()[bl.environment_id(CPU)], counted)
+    assert differs == "cpu_cores 0 there, 2 here; threads_per_rank 0 there, 1 here"
 
 
 # -- the file: round trip, ordering, merging -------------------------------------------------

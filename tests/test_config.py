@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -136,7 +137,10 @@ def test_records_round_trip_through_json() -> None:
     assert back.metrics == [metric] and back.measurements == record.measurements
     assert back.measurements[0].remeasure is None
     assert from_dict(Environment, to_dict(env)) == env
-    assert env.key() == "gloo-cpu-w4-torch2.13.0"
+    assert env.key() == "gloo-cpu-w4-torch2.13.0"  # cores unknown (a file from before them)
+    many = dataclasses.replace(env, cpu_cores=16, threads_per_rank=4)
+    assert many.key() == "gloo-cpu-w4-c16t4-torch2.13.0"
+    assert from_dict(Environment, to_dict(many)) == many
 
 
 def test_measure_result_takes_the_slowest_rank_per_iteration() -> None:
@@ -172,3 +176,24 @@ def test_thresholds() -> None:
     assert "scaling_efficiency.w4 = 0.700 is below min_scaling_efficiency = 0.900" in text
     assert "ranks involved: 3" in text and "suggestion: check rank 3" in text
     assert "exceeds max_comm_overhead = 0.300" in breaches[0].describe()
+
+
+def test_a_breach_the_noise_could_have_made_is_inconclusive() -> None:
+    """With the noise probe past its limits, a fraction over its limit in the median step
+    but within it in the good quarter of the steps is inconclusive; one over it in every
+    step stands; without noise, both stand."""
+    limits = resolve_thresholds()
+    borderline = (0.2, 0.22, 0.25, 0.35, 0.4, 0.45, 0.5, 0.55)  # value 0.375, p25 0.2425
+    clear = (0.5, 0.55, 0.6, 0.62, 0.64, 0.66, 0.7, 0.75)
+    metrics = [Metric("a.comm_overhead", 0.375, "fraction", samples=borderline,
+                      threshold="max_comm_overhead"),
+               Metric("b.comm_overhead", 0.63, "fraction", samples=clear,
+                      threshold="max_comm_overhead"),
+               Metric("c.comm_overhead", 0.5, "fraction", samples=(0.1, 0.5),  # too few
+                      threshold="max_comm_overhead")]
+    noisy = check_thresholds(metrics, limits, ["CPU wait 40% > 25%"])
+    assert [(b.metric, bool(b.inconclusive)) for b in noisy] == [
+        ("a.comm_overhead", True), ("b.comm_overhead", False), ("c.comm_overhead", False)]
+    assert "inconclusive: the noise probe saw CPU wait 40% > 25%, and a quarter of the " \
+           "steps were within the limit (0.242)" in noisy[0].describe()
+    assert not any(b.inconclusive for b in check_thresholds(metrics, limits))

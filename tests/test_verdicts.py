@@ -8,6 +8,7 @@ benchmarks/verdict_quality.py.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     data = tomllib.loads(stored.read_text())
     assert data["schema_version"] == bl.SCHEMA_VERSION
     (env_id,) = data["environments"]
-    assert env_id.startswith("gloo-cpu-w2-torch")
+    assert re.match(r"gloo-cpu-w2-c\d+t\d+-torch", env_id)  # cores and threads per rank
     assert sorted(data["tests"]) == ["test_faster", "test_murky", "test_same", "test_slowed"]
     same = data["tests"]["test_same"][env_id]["metrics"]["same.time_s"]
     # the save's quiet measurements pooled (all six unless the noise probe dropped some),

@@ -217,6 +217,7 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         "pid": os.getpid(),
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
+        "cores": _cores(),
         "nccl_version": "",
         "device_model": _cpu_model() or platform.processor() or platform.machine(),
     }
@@ -225,6 +226,14 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         with contextlib.suppress(Exception):
             info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
     return info
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on (its affinity; all of them where unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _cpu_model() -> str:

@@ -44,6 +44,11 @@ _ENV_FIELDS: tuple[tuple[str, type], ...] = (
     ("backend", str), ("device_type", str), ("device_model", str), ("device_count", int),
     ("world_size", int), ("torch_version", str), ("nccl_version", str),
 )
+#: Environment fields a file written before they existed lacks: 0 there (not compared
+#: equal to a CPU runner's count, so such a baseline is not comparable, and says why).
+_OPTIONAL_ENV_FIELDS: tuple[tuple[str, type], ...] = (
+    ("cpu_cores", int), ("threads_per_rank", int),
+)
 
 
 class BaselineError(Exception):
@@ -84,14 +89,16 @@ def environment_id(env: Environment) -> str:
 
 
 def _env_table(env: Environment) -> dict[str, Any]:
-    return {name: getattr(env, name) for name, _ in _ENV_FIELDS}
+    return {name: getattr(env, name) for name, _ in (*_ENV_FIELDS, *_OPTIONAL_ENV_FIELDS)}
 
 
 def same_environment(stored: Mapping[str, Any], env: Environment) -> str:
     """Empty when ``stored`` describes ``env``; else what differs."""
     differences = []
-    for name, _ in _ENV_FIELDS:
+    for name, _ in (*_ENV_FIELDS, *_OPTIONAL_ENV_FIELDS):
         mine, theirs = getattr(env, name), stored.get(name)
+        if theirs is None and (name, int) in _OPTIONAL_ENV_FIELDS:
+            theirs = 0
         if name == "torch_version":  # the local build tag (+cpu, +cu124) is not compared
             mine, theirs = str(mine).split("+")[0], str(theirs).split("+")[0]
         if mine != theirs:
@@ -271,8 +278,10 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
     for env_id, env in envs.items():
         if not isinstance(env, dict):
             raise fail(["environments", env_id], f"environment {env_id!r} must be a table")
-        for name, kind in _ENV_FIELDS:
+        for name, kind in (*_ENV_FIELDS, *_OPTIONAL_ENV_FIELDS):
             value = env.get(name)
+            if value is None and (name, kind) in _OPTIONAL_ENV_FIELDS:
+                continue
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise fail(["environments", env_id],
                            f"environment {env_id!r}: {name} must be a {kind.__name__}, "
