@@ -1,0 +1,197 @@
+"""Does the gate see communication changes on a real model, and does it false-alarm?
+
+Runs pytest-distperf end to end, the way CI does: a throw-away project with one test that
+times the training step of a small GPT-style transformer (token embedding, 2 pre-norm
+encoder layers, a vocabulary head) under DDP on 2 real gloo ranks with ``ddp_step_timer``;
+``--distperf-save`` once, then separate ``pytest --distperf`` compare runs, each a fresh
+process with a fresh rank pool, in shuffled order:
+
+* ``clean``: the same code as the baseline; any exact verdict other than unchanged is a
+  false alarm (and so is a regressed timing);
+* ``buckets``: ``bucket_cap_mb=0.25`` instead of DDP's default 25;
+* ``unused``: ``find_unused_parameters=True``;
+* ``barrier``: an extra ``dist.barrier()`` in every step (in the loss);
+* ``wider10``, ``wider25``: the feed-forward layers about 10% and 25% wider (that many more
+  parameters in those layers; more gradient bytes).
+
+A change is *caught* when the run fails with at least one exact metric regressed.  For
+every run it records the verdict of every metric, the explanation of the first exact
+regression, and the wall time; the cost of the verdicts is a clean compare run's wall time
+against a run with no baseline file (the same measurements, nothing to compare or confirm).
+
+    python benchmarks/exact_counts.py                      # 10 clean, 5 of each change
+    python benchmarks/exact_counts.py --clean 2 --changed 1   # a smoke run
+    python benchmarks/exact_counts.py --json runs.json     # keep every run's figures
+
+Results: benchmarks/exact_counts.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+TEST_FILE = textwrap.dedent('''
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    VOCAB, DIM, SEQ, BATCH = 512, 128, 64, 8
+    FF = int(4 * DIM * (1 + float(os.environ.get("EQ_WIDER", "0"))))
+    BARRIER = os.environ.get("EQ_BARRIER") == "1"
+
+
+    class TinyGPT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(VOCAB, DIM)
+            layer = torch.nn.TransformerEncoderLayer(DIM, 4, FF, dropout=0.0,
+                                                     batch_first=True, norm_first=True)
+            self.blocks = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(DIM, VOCAB)
+
+        def forward(self, tokens):
+            return self.head(self.blocks(self.embed(tokens)))
+
+
+    def batch(rank):
+        g = torch.Generator().manual_seed(rank)
+        return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+
+
+    def loss(logits):
+        if BARRIER:
+            dist.barrier()
+        return logits.float().logsumexp(-1).mean()
+
+
+    def test_gpt_step(ddp_step_timer):
+        kwargs = {"bucket_cap_mb": float(os.environ.get("EQ_BUCKET_MB", "25"))}
+        if os.environ.get("EQ_UNUSED") == "1":
+            kwargs["find_unused_parameters"] = True
+        ddp_step_timer(TinyGPT, batch, steps=10, warmup=2, loss_fn=loss,
+                       wrapper_kwargs=kwargs)
+''')
+
+CHANGES: dict[str, dict[str, str]] = {
+    "clean": {},
+    "buckets": {"EQ_BUCKET_MB": "0.25"},
+    "unused": {"EQ_UNUSED": "1"},
+    "barrier": {"EQ_BARRIER": "1"},
+    "wider10": {"EQ_WIDER": "0.1"},
+    "wider25": {"EQ_WIDER": "0.25"},
+}
+
+
+def run_pytest(project: Path, env_extra: dict[str, str], *, save: bool = False
+               ) -> dict[str, Any]:
+    report = project / "report.json"
+    report.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distperf",
+           "--gpus", "2", "-o", "distperf_max_comm_overhead=1", "-o",
+           "distperf_max_imbalance=1", "--distperf-json", str(report), "test_eq.py"]
+    if save:
+        cmd.append("--distperf-save")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EQ_")}
+    env.update(env_extra)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
+                          check=False)
+    wall = time.monotonic() - started
+    if not report.exists():
+        raise SystemExit(f"pytest wrote no report (exit {proc.returncode}):\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    (test,) = json.loads(report.read_text())["tests"]
+    verdicts = {v["metric"]: v for v in test["verdicts"]}
+    return {"exit": proc.returncode, "wall_s": wall, "verdicts": verdicts}
+
+
+def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
+    verdicts = run["verdicts"]
+    exact = {m: v for m, v in verdicts.items() if v.get("kind") == "exact"}
+    moved = {m: v["verdict"] for m, v in exact.items() if v["verdict"] != "unchanged"}
+    regressed = [m for m, v in exact.items() if v["verdict"] == "regressed"]
+    timing = {m: v["verdict"] for m, v in verdicts.items() if v.get("kind", "") == ""}
+    first = exact[regressed[0]] if regressed else None
+    return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
+            "exact_moved": moved, "caught": bool(regressed) and run["exit"] == 1,
+            "timing": timing,
+            "explanation": first["explanation"] if first else "",
+            "step_explanation": verdicts.get("step_time_s", {}).get("explanation", "")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clean", type=int, default=10, help="clean compare runs")
+    parser.add_argument("--changed", type=int, default=5, help="runs of each change")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write every run's figures here")
+    args = parser.parse_args()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    with tempfile.TemporaryDirectory(prefix="distperf-eq-") as tmp:
+        project = Path(tmp)
+        (project / "test_eq.py").write_text(TEST_FILE)
+        print("baseline: no file yet (the cost reference) ...", flush=True)
+        bare = [run_pytest(project, {})["wall_s"] for _ in range(2)]
+        print("saving the baseline ...", flush=True)
+        saved = run_pytest(project, {}, save=True)
+        if saved["exit"] != 0:
+            raise SystemExit(f"the save failed: {saved}")
+        order = ["clean"] * args.clean + [k for k in CHANGES if k != "clean"
+                                          for _ in range(args.changed)]
+        random.Random(args.seed).shuffle(order)
+        runs = []
+        for i, kind in enumerate(order, 1):
+            run = summarise(kind, run_pytest(project, CHANGES[kind]))
+            runs.append(run)
+            print(f"[{i}/{len(order)}] {kind:<8} exit {run['exit']}  {run['wall_s']:.1f} s  "
+                  f"exact: {run['exact_moved'] or 'unchanged'}  timing: "
+                  f"{sorted(set(run['timing'].values()))}", flush=True)
+    report(runs, bare, started, args)
+
+
+def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.datetime,
+           args: argparse.Namespace) -> None:
+    print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, python {platform.python_version()}")
+    print(f"{'kind':<9} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "
+          f"{'timing inconcl':>15} {'median wall':>12}")
+    for kind in CHANGES:
+        mine = [r for r in runs if r["kind"] == kind]
+        if not mine:
+            continue
+        caught = sum(r["caught"] for r in mine)
+        moved = sum(bool(r["exact_moved"]) for r in mine)
+        regr = sum("regressed" in r["timing"].values() for r in mine)
+        inconcl = sum("inconclusive" in r["timing"].values() for r in mine)
+        wall = statistics.median(r["wall_s"] for r in mine)
+        print(f"{kind:<9} {len(mine):>4} {caught:>7} {moved:>12} {regr:>12} {inconcl:>15} "
+              f"{wall:>10.1f} s")
+    clean = [r["wall_s"] for r in runs if r["kind"] == "clean"]
+    if clean:
+        print(f"cost: a clean compare run {statistics.median(clean):.1f} s against "
+              f"{statistics.median(bare):.1f} s with no baseline file "
+              f"({statistics.median(clean) / statistics.median(bare):.2f}x)")
+    for kind in CHANGES:
+        example = next((r for r in runs if r["kind"] == kind and r["explanation"]), None)
+        if example:
+            print(f"  {kind}: {example['explanation']}")
+    if args.json:
+        args.json.write_text(json.dumps({"bare_s": bare, "runs": runs}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
