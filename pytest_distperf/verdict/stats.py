@@ -35,14 +35,22 @@ def estimate(samples: Sequence[float], value: float, higher_is_better: bool,
              fraction: bool) -> float:
     """The figure a metric is judged by.
 
-    Times and bandwidths: the good-side quantile of the samples (noise only pushes one way).
-    Fractions, and metrics with fewer than ``MIN_SAMPLES`` samples: the metric's own value
-    (a ratio of two noisy times has no good side).
+    Times and bandwidths: the good-side quantile of the samples (noise only pushes one way),
+    :func:`estimator_quantile`.  Fractions, and metrics with fewer than ``MIN_SAMPLES``
+    samples: the metric's own value (a ratio of two noisy times has no good side).
     """
     if fraction or len(samples) < MIN_SAMPLES:
         return float(value)
-    q = 1.0 - ESTIMATOR_QUANTILE if higher_is_better else ESTIMATOR_QUANTILE
-    return quantile_or_nan(samples, q)
+    q = estimator_quantile(len(samples))
+    return quantile_or_nan(samples, 1.0 - q if higher_is_better else q)
+
+
+def estimator_quantile(n: int) -> float:
+    """The good-side quantile that judges ``n`` samples: ``ESTIMATOR_QUANTILE``, but never
+    below the second-best sample (1 / (n - 1)).  At 5-10 samples the 5% quantile gives the
+    best sample 80-55% of its weight, and one odd fast sample would decide; from 21
+    samples on the two agree."""
+    return max(ESTIMATOR_QUANTILE, 1.0 / (n - 1)) if n > 1 else ESTIMATOR_QUANTILE
 
 
 def selection_figure(samples: Sequence[float], value: float, higher_is_better: bool,
