@@ -351,6 +351,8 @@ def _step_samples(ranks: Sequence[RankStep], steps_s: Sequence[float],
         "exposed_comm_s": tuple(max(0.0, s - u) for s, u in
                                 zip(steps_s, no_sync_s, strict=False)),
         "imbalance": _imbalance_per_step([r.no_sync_step_s for r in ranks]),
+        **({"control_s": per_step_max([r.control_s for r in ranks])}
+           if all(len(r.control_s) == len(r.step_s) > 0 for r in ranks) else {}),
     }
 
 

@@ -602,6 +602,8 @@ class RankStep:
     device: str = ""  # e.g. "cpu", "cuda:0"
     #: gradient buckets DDP reduced per synchronised step (None: no comm hook saw them)
     buckets: int | None = None
+    #: seconds of the host-speed control run after every synchronised step (CPU; else ())
+    control_s: tuple[float, ...] = ()
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted
     census: bytes = dataclasses.field(default=b"", repr=False,

@@ -5,14 +5,16 @@ Controller side, no torch at import: the measuring runs on the ranks
 :mod:`pytest_distperf.analyzer`, and every result is recorded under the test with the
 metrics its verdict judges:
 
-* ``step_time_s`` (s, lower is better), ``throughput`` (samples/s, higher is better);
+* ``step_time_s`` (s, lower is better; on CPU ranks with the host-speed control run after
+  every synchronised step, unless ``control=False``);
 * ``comm_overhead`` (fraction, threshold ``max_comm_overhead``);
 * ``imbalance`` (fraction, threshold ``max_imbalance``, naming the straggling ranks);
 * exact, from one more step run under ``torch.profiler``: ``comm.<op>.calls`` and
   ``comm.<op>.bytes`` per step for every kind of collective, and ``comm.buckets`` (DDP's
   gradient buckets per step);
 * informational, to explain the others' verdicts: ``compute_time_s`` (a step without
-  gradient synchronisation) and ``exposed_comm_s`` (step - compute);
+  gradient synchronisation) and ``exposed_comm_s`` (step - compute); and ``throughput``
+  (samples/s), the inverse of ``step_time_s``, which is judged in its place;
 * from ``.scaling``: ``scaling_efficiency.w<N>`` (fraction, threshold
   ``min_scaling_efficiency``) for every world size above the smallest, and
   ``scaling_throughput.w<N>`` (samples/s) for every world size.
@@ -51,7 +53,12 @@ class DDPStepTimer:
 
     ``model_fn()`` builds the module on every rank (seeded identically); the timer moves it
     to the rank's device and wraps it (``wrapper="ddp"``: DistributedDataParallel,
-    ``"fsdp"``: FSDP2 ``fully_shard`` on every direct child with parameters, then the root).
+    ``"fsdp"``: FSDP2 ``fully_shard`` on every block of the model's ModuleLists and
+    ModuleDicts (else on every direct child with parameters), then the root;
+    ``fsdp_policy`` picks the blocks instead: module classes or a callable module -> bool; a
+    model ``model_fn`` sharded itself is used as it is).  ``optimizer_fn`` gets the
+    parameters, or the wrapped module when its first parameter is named ``model`` or
+    ``module`` (``lambda model: model.module.configure_optimizers(...)``).
     ``batch_fn(rank)`` returns that rank's input, a tensor or a tuple of tensors for
     ``model(*batch)``; the loss is ``loss_fn(output)`` or ``output.sum()``; the optimizer is
     ``optimizer_fn(parameters)`` or SGD.  ``wrapper_kwargs`` go to the wrapper (DDP:
@@ -60,7 +67,9 @@ class DDPStepTimer:
     comm hook (the timing hook calls it for every bucket); ``comm_timing=False`` leaves
     DDP's own all-reduce (or ``comm_hook``) in place untimed (no per-bucket figures, no
     overlap); ``count_collectives=False`` skips the extra profiled step that counts the
-    collectives (no ``comm.*`` metrics).
+    collectives (no ``comm.*`` metrics); ``control=False`` leaves out the host-speed control
+    after every synchronised step on CPU ranks (``step_time_s`` is then judged by the plain
+    rule).
     """
 
     def __init__(self, group: DistGroup, limits: Mapping[str, float] | None = None) -> None:
@@ -87,13 +96,14 @@ class DDPStepTimer:
         loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
         optimizer_fn: Callable[[Any], Any] | None = None,
         wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
-        comm_hook: Any = None, count_collectives: bool = True, name: str = "",
+        comm_hook: Any = None, count_collectives: bool = True, fsdp_policy: Any = None,
+        control: bool = True, name: str = "",
     ) -> StepTiming:
         __tracebackhide__ = True
         spec = dataclasses.replace(
             _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
-                  wrapper_kwargs, comm_timing, comm_hook),
-            count_collectives=bool(count_collectives))
+                  wrapper_kwargs, comm_timing, comm_hook, fsdp_policy),
+            count_collectives=bool(count_collectives), control=bool(control))
         size = self.world_size if world_size is None else world_size
         self._check_sizes([size], "world_size")
         prefix = _prefix(name)
@@ -114,7 +124,7 @@ class DDPStepTimer:
         warmup: int = 3, loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
         optimizer_fn: Callable[[Any], Any] | None = None,
         wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
-        comm_hook: Any = None, name: str = "",
+        comm_hook: Any = None, fsdp_policy: Any = None, name: str = "",
     ) -> ScalingResult:
         """Time the step on the first N ranks for every N in ``world_sizes``.
 
@@ -130,8 +140,9 @@ class DDPStepTimer:
         self._check_sizes(sizes, "world_sizes")
         spec = dataclasses.replace(
             _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
-                  wrapper_kwargs, comm_timing, comm_hook), split_batch=mode == "strong",
-            count_collectives=False)  # the curve judges times only
+                  wrapper_kwargs, comm_timing, comm_hook, fsdp_policy),
+            split_batch=mode == "strong",
+            count_collectives=False, control=False)  # the curve: throughputs, no counts
         prefix = _prefix(name)
 
         def once() -> ScalingResult:
@@ -188,7 +199,7 @@ def _world_sizes(world_sizes: Iterable[int]) -> list[int]:
 
 def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, wrapper: str,
           optimizer_fn: Any, wrapper_kwargs: Mapping[str, Any] | None,
-          comm_timing: bool, comm_hook: Any = None) -> StepSpec:
+          comm_timing: bool, comm_hook: Any = None, fsdp_policy: Any = None) -> StepSpec:
     for label, fn in (("model_fn", model_fn), ("batch_fn", batch_fn)):
         if not callable(fn):
             raise TypeError(f"ddp_step_timer: {label} must be callable, got {fn!r}")
@@ -200,9 +211,11 @@ def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, w
                          f"got {wrapper!r}")
     require_int(steps, "ddp_step_timer: steps", 1)
     require_int(warmup, "ddp_step_timer: warmup", 0)
+    if fsdp_policy is not None and wrapper != "fsdp":
+        raise ValueError(f"ddp_step_timer: fsdp_policy is for wrapper='fsdp', not {wrapper!r}")
     return StepSpec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
                     dict(wrapper_kwargs or {}), comm_timing=comm_timing,
-                    comm_hook=_comm_hook(comm_hook, wrapper))
+                    comm_hook=_comm_hook(comm_hook, wrapper), fsdp_policy=fsdp_policy)
 
 
 def _comm_hook(hook: Any, wrapper: str) -> tuple[Any, Callable[[Any, Any], Any]] | None:
@@ -226,11 +239,13 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
     samples = timing.samples
     w = timing.world_size
     exposed = samples.get("exposed_comm_s", ())
+    steps = samples.get("step_s", ())
+    control = samples.get("control_s", ())
     return [
-        Metric(f"{prefix}step_time_s", timing.step_time_s, "s", False,
-               samples.get("step_s", ()), world_size=w),
+        Metric(f"{prefix}step_time_s", timing.step_time_s, "s", False, steps, world_size=w,
+               control=control if len(control) == len(steps) else ()),
         Metric(f"{prefix}throughput", timing.throughput, "samples/s", True,
-               samples.get("throughput", ()), world_size=w),
+               samples.get("throughput", ()), world_size=w, kind=INFORMATIONAL),
         Metric(f"{prefix}comm_overhead", timing.comm_overhead, "fraction", False,
                samples.get("comm_overhead", ()), threshold="max_comm_overhead",
                hint=_hint(timing, "communication"), world_size=w),

@@ -136,6 +136,54 @@ def test_fsdp(ddp_step_timer):
     assert t.communication == [] and t.comm_time_s is None and t.overlap is None
 
 
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.mlp = torch.nn.LayerNorm(32), torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+
+class GPTish(torch.nn.Module):
+    """Blocks in a ModuleDict/ModuleList, as GPT- and HF-style models keep them: the
+    containers have no forward, and fully_shard refuses them."""
+
+    def __init__(self):
+        super().__init__()
+        self.transformer = torch.nn.ModuleDict({
+            "wte": torch.nn.Embedding(64, 32),
+            "h": torch.nn.ModuleList([Block() for _ in range(2)]),
+            "ln_f": torch.nn.LayerNorm(32)})
+        self.lm_head = torch.nn.Linear(32, 64)
+
+    def forward(self, idx):
+        x = self.transformer["wte"](idx)
+        for block in self.transformer["h"]:
+            x = block(x)
+        return self.lm_head(self.transformer["ln_f"](x))
+
+    def configure_optimizers(self, lr):
+        return torch.optim.AdamW(self.parameters(), lr=lr)
+
+
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+def test_fsdp_gpt_style(ddp_step_timer):
+    tokens = lambda rank: torch.randint(0, 64, (4, 16))  # noqa: E731
+    t = ddp_step_timer(GPTish, tokens, steps=3, warmup=1, wrapper="fsdp",
+                       optimizer_fn=lambda model: model.configure_optimizers(1e-3))
+    counts = {c.op: c for c in t.comm_counts}
+    # the root and 4 blocks (wte, 2 x Block, ln_f) gather their parameters for forward and
+    # backward and reduce-scatter their gradients: counted, every one
+    assert {"all_gather", "reduce_scatter"} <= set(counts)
+    assert counts["reduce_scatter"].calls == 5 and counts["all_gather"].calls >= 5
+    only_blocks = ddp_step_timer(GPTish, tokens, steps=2, warmup=1, wrapper="fsdp",
+                                 fsdp_policy=(Block,), name="blocks")
+    gathers = {c.op: c.calls for c in only_blocks.comm_counts}
+    assert gathers["reduce_scatter"] == 3  # the root and the two Blocks
+    print("BODY-OK gpt")
+
+
 @pytest.mark.distperf(min_scaling_efficiency=0.25)  # a loaded 2-core machine: far from 1.0
 def test_weak_scaling(ddp_step_timer):
     r = ddp_step_timer.scaling(Sleepy, batch, world_sizes=(2, 1), steps=6, warmup=1)
@@ -191,12 +239,12 @@ def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
 
 def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     result, data = run_module(pytester)
-    result.assert_outcomes(passed=5, failed=4)
+    result.assert_outcomes(passed=6, failed=4)
     out = result.stdout
 
     # balanced, compute-heavy, FSDP2 and weak scaling pass on their thresholds
-    for name in ("test_balanced", "test_compute_heavy", "test_fsdp", "test_weak_scaling",
-                 "test_refusals"):
+    for name in ("test_balanced", "test_compute_heavy", "test_fsdp", "test_fsdp_gpt_style",
+                 "test_weak_scaling", "test_refusals"):
         out.fnmatch_lines([f"PASSED test_gen.py::{name}*"])
 
     # the straggler is named and fails max_imbalance with the ranks and the batch shares
@@ -244,8 +292,12 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     imbalance = next(m for m in straggler["metrics"] if m["name"] == "imbalance")
     assert imbalance["threshold"] == "max_imbalance" and imbalance["ranks"] == [1]
     assert len(imbalance["samples"]) == 8
+    # the host-speed control after every synchronised step, one per step time
+    step = next(m for m in straggler["metrics"] if m["name"] == "step_time_s")
+    assert len(step["control"]) == len(step["samples"]) == 8 and min(step["control"]) > 0
     kinds = {m["name"]: m["kind"] for m in tests["test_balanced"]["metrics"]}
-    assert kinds == {"step_time_s": "", "throughput": "", "comm_overhead": "", "imbalance": "",
+    assert kinds == {"step_time_s": "", "throughput": "informational", "comm_overhead": "",
+                     "imbalance": "",
                      "compute_time_s": "informational", "exposed_comm_s": "informational",
                      "comm.all_reduce.calls": "exact", "comm.all_reduce.bytes": "exact",
                      "comm.buckets": "exact"}
@@ -344,3 +396,32 @@ def test_timer_refuses_before_running_anything() -> None:
     with pytest.raises(ValueError, match="name must be a word"):
         timer(lambda: None, lambda rank: None, name="two words")
     assert group.calls == [] and group.recorded == []
+
+
+def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None:
+    torch = pytest.importorskip("torch")
+    from pytest_distperf.rank.ddp import shard_targets, takes_module
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+    model = torch.nn.Module()
+    model.transformer = torch.nn.ModuleDict({  # type: ignore[assignment]
+        "wte": torch.nn.Embedding(8, 4), "h": torch.nn.ModuleList([Block(), Block()]),
+        "drop": torch.nn.Dropout()})
+    model.head = torch.nn.Linear(4, 8)  # type: ignore[assignment]
+    h = model.transformer["h"]
+    # the blocks of every container, innermost first; never a container, never a module
+    # without parameters
+    assert shard_targets(model) == [h[1], h[0], model.transformer["wte"]]
+    assert shard_targets(model, Block) == [h[1], h[0]]
+    assert shard_targets(model, lambda m: isinstance(m, torch.nn.Linear)) == [
+        model.head, h[1].lin, h[0].lin]
+    flat = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    assert shard_targets(flat) == [flat[2], flat[0]]  # no containers: the direct children
+    with pytest.raises(TypeError, match="fsdp_policy must be module classes or a callable"):
+        shard_targets(model, "Block")
+    assert takes_module(lambda model: model) and takes_module(lambda module, lr=1: module)
+    assert not takes_module(lambda params: params) and not takes_module(print)

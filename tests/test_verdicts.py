@@ -357,6 +357,8 @@ STEP_CHANGES = textwrap.dedent("""
 """)
 #: The model's gradients: 4 x (64 x 64 + 64) float32.
 STEP_BYTES = 4 * (64 * 64 + 64) * 4
+#: A tiny model's fractions are noise on a shared host: no threshold may fail these runs.
+NO_LIMITS = ("-o", "distperf_max_comm_overhead=1", "-o", "distperf_max_imbalance=100")
 
 
 def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
@@ -366,8 +368,7 @@ def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
     failure names the change beside it.  Only exact verdicts are asserted: the timings of
     this tiny model are left to the noise."""
     pytester.makepyfile(test_step=STEP_CHANGES)
-    pytester.runpytest_subprocess(*RUN, "--distperf-save",
-                                  "-o", "distperf_max_comm_overhead=1").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS).assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
     (entry,) = data["tests"]["test_step"].values()
     metrics = entry["metrics"]
@@ -379,8 +380,7 @@ def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         report = pytester.path / "report.json"
-        result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}",
-                                               "-o", "distperf_max_comm_overhead=1")
+        result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}", *NO_LIMITS)
         for key in env:
             monkeypatch.delenv(key)
         (test,) = json.loads(report.read_text())["tests"]

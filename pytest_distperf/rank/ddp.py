@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_distperf.intervals import union_length
-from pytest_distperf.rank.clock import Clock, rank_device
+from pytest_distperf.rank.clock import Clock, control_kernel, rank_device
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, CommCall, RankStep
 
@@ -49,6 +49,12 @@ class StepSpec:
     #: the user's DDP comm hook, as (state, hook); the timing hook calls it for every bucket
     comm_hook: tuple[Any, Callable[[Any, Any], Any]] | None = None
     count_collectives: bool = True  # one more step under torch.profiler, counting collectives
+    #: FSDP2: which submodules get their own ``fully_shard`` (module classes, or a callable
+    #: module -> bool); None: the blocks of every ModuleList/ModuleDict (:func:`shard_targets`)
+    fsdp_policy: Any = None
+    #: on CPU ranks, the host-speed control after every synchronised step
+    #: (:func:`~pytest_distperf.rank.clock.control_kernel`), as ``measure()`` has it
+    control: bool = True
 
 
 class _BucketTimer:
@@ -145,7 +151,8 @@ def build(spec: StepSpec) -> Built:
     batch, batch_size = _prepare_batch(spec.batch_fn(rank), device, rank, world,
                                        spec.split_batch)
     set_phase(f"ddp_step_timer: wrapping the model ({spec.wrapper})")
-    wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {})
+    wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {},
+                             spec.fsdp_policy)
     timer: _BucketTimer | None = None
     if spec.wrapper == "ddp" and spec.comm_timing:
         hook = _BucketTimer(clock, wrapped.process_group, spec.comm_hook)
@@ -155,8 +162,12 @@ def build(spec: StepSpec) -> Built:
     elif spec.wrapper == "ddp" and spec.comm_hook is not None:
         wrapped.register_comm_hook(*spec.comm_hook)
     params = list(wrapped.parameters())
-    optimizer = (spec.optimizer_fn(params) if spec.optimizer_fn is not None
-                 else torch.optim.SGD(params, lr=DEFAULT_LR))
+    if spec.optimizer_fn is None:
+        optimizer = torch.optim.SGD(params, lr=DEFAULT_LR)
+    elif takes_module(spec.optimizer_fn):
+        optimizer = spec.optimizer_fn(wrapped)
+    else:
+        optimizer = spec.optimizer_fn(params)
     loss_fn = spec.loss_fn or _default_loss
 
     def forward() -> Any:
@@ -252,6 +263,10 @@ def _measure(spec: StepSpec) -> RankStep:
     comm: list[CommCall] = []
     comm_time_s: list[float] = []
     bucket_counts: list[int] = []
+    controls: list[float] = []
+    check = control_kernel() if spec.control and not built.clock.on_cuda else None
+    if check is not None:
+        check()  # warm
     peak_rss = _rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
@@ -260,6 +275,10 @@ def _measure(spec: StepSpec) -> RankStep:
                 no_sync_s.append(times[3])
             else:
                 phases.append(times)
+                if check is not None:
+                    set_phase(f"ddp_step_timer: host-speed control {k + 1}/{spec.steps}")
+                    dist.barrier()
+                    controls.append(built.clock.elapsed(check))
             if sync and built.timer is not None:
                 calls = [CommCall("all_reduce", nbytes, seconds, rank, k, index, start)
                          for index, nbytes, start, seconds in buckets]
@@ -277,7 +296,8 @@ def _measure(spec: StepSpec) -> RankStep:
         step_s=tuple(p[3] for p in phases), no_sync_step_s=tuple(no_sync_s),
         comm=tuple(comm), comm_time_s=tuple(comm_time_s), peak_memory_bytes=peak,
         memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
-        buckets=max(bucket_counts) if bucket_counts else None, census=census)
+        buckets=max(bucket_counts) if bucket_counts else None, census=census,
+        control_s=tuple(controls))
 
 
 def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
@@ -325,8 +345,55 @@ def _prepare_batch(batch: Any, device: Any, rank: int, world: int,
     return items[0], size
 
 
-def _wrap(model: Any, wrapper: str, device: Any,
-          kwargs: dict[str, Any]) -> tuple[Any, Callable[[], Any]]:
+def takes_module(fn: Callable[..., Any]) -> bool:
+    """Whether ``optimizer_fn`` wants the module (its first parameter is named ``model`` or
+    ``module``, as in ``lambda model: model.configure_optimizers(...)``) rather than the
+    parameters."""
+    import inspect
+
+    try:
+        first = next(iter(inspect.signature(fn).parameters), "")
+    except (TypeError, ValueError):
+        return False
+    return first in ("model", "module")
+
+
+def shard_targets(model: Any, policy: Any = None) -> list[Any]:
+    """The submodules FSDP2 shards on their own before the root, innermost first.
+
+    ``policy``: module classes (a class or a tuple of them), or a callable module -> bool;
+    None: every block of every ``ModuleList``/``ModuleDict`` (the repeated layers of
+    GPT- and HF-style models), or, in a model without such containers, every direct child
+    that has parameters.  Containers themselves (no ``forward`` of their own) are never
+    sharded: ``fully_shard`` refuses them.
+    """
+    import torch
+
+    def runs(m: Any) -> bool:
+        return (m is not model and any(True for _ in m.parameters())
+                and not isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict)))
+
+    modules = list(model.modules())
+    chosen: list[Any]
+    if policy is None:
+        blocks = [child for m in modules
+                  if isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict))
+                  for child in m.children()]
+        chosen = blocks or list(model.children())
+    elif isinstance(policy, type) or (isinstance(policy, tuple)
+                                      and all(isinstance(c, type) for c in policy)):
+        chosen = [m for m in modules if isinstance(m, policy)]
+    elif callable(policy):
+        chosen = [m for m in modules if policy(m)]
+    else:
+        raise TypeError(f"ddp_step_timer: fsdp_policy must be module classes or a callable "
+                        f"module -> bool, got {policy!r}")
+    keep = {id(m) for m in chosen if runs(m)}
+    return [m for m in reversed(modules) if id(m) in keep]  # children before parents
+
+
+def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
+          policy: Any = None) -> tuple[Any, Callable[[], Any]]:
     """The wrapped model and a context-manager factory that turns gradient sync off."""
     if wrapper == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -336,12 +403,14 @@ def _wrap(model: Any, wrapper: str, device: Any,
         ddp = DistributedDataParallel(model, **kwargs)
         return ddp, ddp.no_sync
     if wrapper == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import FSDPModule, fully_shard
 
-        for child in model.children():
-            if any(True for _ in child.parameters()):
-                fully_shard(child, **kwargs)
-        sharded = fully_shard(model, **kwargs)
+        if isinstance(model, FSDPModule):  # sharded in model_fn already: used as it is
+            sharded = model
+        else:
+            for block in shard_targets(model, policy):
+                fully_shard(block, **kwargs)
+            sharded = fully_shard(model, **kwargs)
 
         @contextlib.contextmanager
         def no_sync() -> Iterator[None]:

@@ -1,4 +1,5 @@
-"""Does the gate see communication changes on a real model, and does it false-alarm?
+"""The gate on a real training step: does it see slowdowns and communication changes, and
+does it false-alarm?
 
 Runs pytest-distperf end to end, the way CI does: a throw-away project with one test that
 times the training step of a small GPT-style transformer (token embedding, 2 pre-norm
@@ -12,18 +13,22 @@ process with a fresh rank pool, in shuffled order:
 * ``unused``: ``find_unused_parameters=True``;
 * ``barrier``: an extra ``dist.barrier()`` in every step (in the loss);
 * ``wider10``, ``wider25``: the feed-forward layers about 10% and 25% wider (that many more
-  parameters in those layers; more gradient bytes).
+  parameters in those layers; more gradient bytes);
+* ``slower10``, ``slower20``: 10% and 20% more compute and nothing else: the model runs 2
+  (4) more rows of the 20-row batch through forward and backward; the same parameters,
+  buckets and bytes.
 
-A change is *caught* when the run fails with at least one exact metric regressed.  For
-every run it records the verdict of every metric, the explanation of the first exact
-regression, and the wall time; the cost of the verdicts is a clean compare run's wall time
-against a run with no baseline file (the same measurements, nothing to compare or confirm).
+A communication change is *caught* when the run fails with an exact metric regressed; a
+slowdown when ``step_time_s`` is regressed.  For every run it records the verdict of every
+metric, the explanation of the first exact regression, and the wall time; the cost of the
+verdicts is a clean compare run's wall time against a run with no baseline file (the same
+measurements, nothing to compare or confirm).
 
-    python benchmarks/exact_counts.py                      # 10 clean, 5 of each change
-    python benchmarks/exact_counts.py --clean 2 --changed 1   # a smoke run
-    python benchmarks/exact_counts.py --json runs.json     # keep every run's figures
+    python benchmarks/ddp_verdicts.py                      # 30 clean, 10 of each change
+    python benchmarks/ddp_verdicts.py --clean 2 --changed 1   # a smoke run
+    python benchmarks/ddp_verdicts.py --json runs.json     # keep every run's figures
 
-Results: benchmarks/exact_counts.md.
+Results: benchmarks/ddp_verdicts.md.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ TEST_FILE = textwrap.dedent('''
     import torch
     import torch.distributed as dist
 
-    VOCAB, DIM, SEQ, BATCH = 512, 128, 64, 8
+    VOCAB, DIM, SEQ, BATCH = 512, 128, 32, 20
+    EXTRA_ROWS = int(os.environ.get("EQ_EXTRA_ROWS", "0"))
     FF = int(4 * DIM * (1 + float(os.environ.get("EQ_WIDER", "0"))))
     BARRIER = os.environ.get("EQ_BARRIER") == "1"
 
@@ -64,6 +70,8 @@ TEST_FILE = textwrap.dedent('''
             self.head = torch.nn.Linear(DIM, VOCAB)
 
         def forward(self, tokens):
+            if EXTRA_ROWS:  # more compute, the same parameters and gradients
+                tokens = torch.cat([tokens, tokens[:EXTRA_ROWS]])
             return self.head(self.blocks(self.embed(tokens)))
 
 
@@ -93,7 +101,10 @@ CHANGES: dict[str, dict[str, str]] = {
     "barrier": {"EQ_BARRIER": "1"},
     "wider10": {"EQ_WIDER": "0.1"},
     "wider25": {"EQ_WIDER": "0.25"},
+    "slower10": {"EQ_EXTRA_ROWS": "2"},
+    "slower20": {"EQ_EXTRA_ROWS": "4"},
 }
+SLOWDOWNS = ("slower10", "slower20")
 
 
 def run_pytest(project: Path, env_extra: dict[str, str], *, save: bool = False
@@ -126,8 +137,13 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     regressed = [m for m, v in exact.items() if v["verdict"] == "regressed"]
     timing = {m: v["verdict"] for m, v in verdicts.items() if v.get("kind", "") == ""}
     first = exact[regressed[0]] if regressed else None
+    step = verdicts.get("step_time_s", {})
+    caught = (step.get("verdict") == "regressed" if kind in SLOWDOWNS
+              else bool(regressed) and run["exit"] == 1)
     return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
-            "exact_moved": moved, "caught": bool(regressed) and run["exit"] == 1,
+            "exact_moved": moved, "caught": caught,
+            "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
+                                              "control_slope", "detail")},
             "timing": timing,
             "explanation": first["explanation"] if first else "",
             "step_explanation": verdicts.get("step_time_s", {}).get("explanation", "")}
@@ -135,13 +151,15 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clean", type=int, default=10, help="clean compare runs")
-    parser.add_argument("--changed", type=int, default=5, help="runs of each change")
+    parser.add_argument("--clean", type=int, default=30, help="clean compare runs")
+    parser.add_argument("--changed", type=int, default=10, help="runs of each slowdown")
+    parser.add_argument("--comm", type=int, default=5,
+                        help="runs of each communication change")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     args = parser.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc)
-    with tempfile.TemporaryDirectory(prefix="distperf-eq-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="distperf-ddpv-") as tmp:
         project = Path(tmp)
         (project / "test_eq.py").write_text(TEST_FILE)
         print("baseline: no file yet (the cost reference) ...", flush=True)
@@ -150,16 +168,20 @@ def main() -> None:
         saved = run_pytest(project, {}, save=True)
         if saved["exit"] != 0:
             raise SystemExit(f"the save failed: {saved}")
-        order = ["clean"] * args.clean + [k for k in CHANGES if k != "clean"
-                                          for _ in range(args.changed)]
+        order = ["clean"] * args.clean + [
+            k for k in CHANGES if k != "clean"
+            for _ in range(args.changed if k in SLOWDOWNS else args.comm)]
         random.Random(args.seed).shuffle(order)
         runs = []
         for i, kind in enumerate(order, 1):
             run = summarise(kind, run_pytest(project, CHANGES[kind]))
             runs.append(run)
+            change = run["step"]["change"]
             print(f"[{i}/{len(order)}] {kind:<8} exit {run['exit']}  {run['wall_s']:.1f} s  "
-                  f"exact: {run['exact_moved'] or 'unchanged'}  timing: "
-                  f"{sorted(set(run['timing'].values()))}", flush=True)
+                  f"step_time_s {run['step']['verdict']} "
+                  f"({'-' if change is None else f'{change:+.1%}'}, "
+                  f"{run['step']['windows']} meas.)  exact: {run['exact_moved'] or 'unchanged'}"
+                  f"  timing: {sorted(set(run['timing'].values()))}", flush=True)
     report(runs, bare, started, args)
 
 
@@ -167,6 +189,8 @@ def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.date
            args: argparse.Namespace) -> None:
     print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {platform.python_version()}")
+    print("caught: step_time_s regressed (slowdowns) or an exact metric regressed (the "
+          "rest); timing regr/inconcl: any measured metric")
     print(f"{'kind':<9} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "
           f"{'timing inconcl':>15} {'median wall':>12}")
     for kind in CHANGES:
