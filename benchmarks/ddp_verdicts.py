@@ -27,6 +27,7 @@ measurements, nothing to compare or confirm).
     python benchmarks/ddp_verdicts.py                      # 30 clean, 10 of each change
     python benchmarks/ddp_verdicts.py --clean 2 --changed 1   # a smoke run
     python benchmarks/ddp_verdicts.py --json runs.json     # keep every run's figures
+    python benchmarks/ddp_verdicts.py --no-control         # step_time_s by the plain rule
 
 Results: benchmarks/ddp_verdicts.md.
 """
@@ -91,7 +92,7 @@ TEST_FILE = textwrap.dedent('''
         if os.environ.get("EQ_UNUSED") == "1":
             kwargs["find_unused_parameters"] = True
         ddp_step_timer(TinyGPT, batch, steps=10, warmup=2, loss_fn=loss,
-                       wrapper_kwargs=kwargs)
+                       wrapper_kwargs=kwargs, control=os.environ.get("EQ_CONTROL") != "0")
 ''')
 
 CHANGES: dict[str, dict[str, str]] = {
@@ -157,15 +158,20 @@ def main() -> None:
                         help="runs of each communication change")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument("--no-control", action="store_true",
+                        help="ddp_step_timer(control=False): step_time_s by the plain rule")
     args = parser.parse_args()
+    if args.no_control:
+        for env in CHANGES.values():
+            env["EQ_CONTROL"] = "0"
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="distperf-ddpv-") as tmp:
         project = Path(tmp)
         (project / "test_eq.py").write_text(TEST_FILE)
         print("baseline: no file yet (the cost reference) ...", flush=True)
-        bare = [run_pytest(project, {})["wall_s"] for _ in range(2)]
+        bare = [run_pytest(project, CHANGES["clean"])["wall_s"] for _ in range(2)]
         print("saving the baseline ...", flush=True)
-        saved = run_pytest(project, {}, save=True)
+        saved = run_pytest(project, CHANGES["clean"], save=True)
         if saved["exit"] != 0:
             raise SystemExit(f"the save failed: {saved}")
         order = ["clean"] * args.clean + [
