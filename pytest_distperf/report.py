@@ -32,6 +32,9 @@ def summary_lines(records: Sequence[TestRecord]) -> list[str]:
             status = "REGRESSED" if status == "ok" else f"{status}, REGRESSED"
         lines.append(f"{record.nodeid} [{record.world_size} ranks] {status}")
         for metric in record.metrics:
+            if metric.unit == "B" or metric.unit.startswith("B/"):
+                lines.append(f"    {metric.name:<40} {format_value(metric.value, metric.unit):>14}")
+                continue
             unit = f" {metric.unit}" if metric.unit and metric.unit != "fraction" else ""
             lines.append(f"    {metric.name:<40} {metric.value:>14.6g}{unit}")
         lines.extend(finding_lines(record))
