@@ -6,6 +6,7 @@ regression in their count failing a test with its explanation) is in tests/test_
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,15 @@ def test_a_new_collective_counts_from_zero_and_a_vanished_one_is_reported(
     # a measurement without counts (count_collectives=False) does not make them all vanish
     plain = [m for m in step() if m.kind != EXACT]
     assert not any(x.kind == EXACT for x in verdicts_of(file, plain).values())
+    # nor does a run in an environment the baseline does not match
+    other = dataclasses.replace(CPU, device_count=1)  # the same key, a different field
+    measured = Measurement(LABEL, tuple(step()), None, None)
+    j = bl.make_judgement(save=False, measurements=[measured], environment=other,
+                          first_noise=QUIET, tolerance=0.10,
+                          baseline=saved(tmp_path, step(barrier=1)), test="test_a")
+    verdicts = {v.metric: v.verdict for v in j.verdicts()}
+    assert "comm.barrier.calls" not in verdicts
+    assert verdicts["comm.all_reduce.calls"] == bl.NOT_COMPARABLE
 
 
 def test_informational_metrics_are_compared_and_never_fail(tmp_path: Path) -> None:

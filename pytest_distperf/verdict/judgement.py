@@ -140,14 +140,17 @@ class Judgement:
                             detail=f"its value is not a finite number ({m.value}): not {doing}")
                for m in self.unusable.values()]
         out += [self.verdict(name) for name in self.metrics]
-        return explain(out + self.vanished(), self.labels, self.tolerance)
+        gone = self.vanished()
+        labels = {**self.labels, **{v.metric: label for v, label in gone}}
+        return explain(out + [v for v, _ in gone], labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError
 
-    def vanished(self) -> list[Verdict]:
-        """Verdicts of the exact metrics the baseline has and this run did not record,
-        where this run recorded others of their family: a collective no longer issued."""
+    def vanished(self) -> list[tuple[Verdict, str]]:
+        """(verdict, the label of its measurement) of the exact metrics the baseline has and
+        this run did not record, where this run compared others of their family: a
+        collective no longer issued."""
         return []
 
     def _stored(self) -> dict[str, StoredMetric]:
@@ -158,10 +161,12 @@ class Judgement:
 
     def _family_present(self, name: str) -> str:
         """The label of a measurement of this run that recorded exact metrics of ``name``'s
-        family (``comm.`` with the same prefix and ``#n``), or ""."""
+        family (``comm.`` with the same prefix and ``#n``) and has a baseline for them here
+        (so the environments match), or ""."""
         family = exact_family(name)
         return next((self.labels[n] for n, m in self.metrics.items()
-                     if m.kind == EXACT and exact_family(n) == family), "")
+                     if m.kind == EXACT and exact_family(n) == family
+                     and self.base[n][0] is not None), "")
 
     def _lookup(self, name: str) -> tuple[StoredMetric | None, tuple[str, str]]:
         metric = self.metrics[name]
@@ -205,7 +210,7 @@ class Comparison(Judgement):
             return False
         return decide(base, self.windows[name], self.tolerance, can_confirm=True)[3]
 
-    def vanished(self) -> list[Verdict]:
+    def vanished(self) -> list[tuple[Verdict, str]]:
         out = []
         for name, base in self.stored.items():
             if name in self.metrics or name in self.unusable or base.kind != EXACT:
@@ -213,11 +218,11 @@ class Comparison(Judgement):
             label = self._family_present(name)
             if not label:
                 continue
-            self.labels[name] = label
             metric = Metric(name, 0.0, base.unit, base.higher_is_better, kind=EXACT)
             verdict, a, detail = decide_exact(base, Window(0.0), self.exact_tolerance)
-            out.append(make_verdict(metric, verdict, self.env_id, a, tolerance=self.tolerance,
-                                    windows=1, detail=detail))
+            out.append((make_verdict(metric, verdict, self.env_id, a,
+                                     tolerance=self.tolerance, windows=1, detail=detail),
+                        label))
         return out
 
     def delay(self, name: str) -> float:
