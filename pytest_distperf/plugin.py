@@ -222,6 +222,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if session is not None and record is not None and record.metrics:
         figures = session.noise_since(start) if start is not None else None
         failure = session.judge(item, record, figures)
+        from pytest_distperf.report import junit_properties
+
+        item.user_properties.extend(junit_properties(record))
         if failure:
             pytest.fail(failure, pytrace=False)
     return result

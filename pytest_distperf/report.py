@@ -42,6 +42,19 @@ def summary_lines(records: Sequence[TestRecord]) -> list[str]:
     return lines
 
 
+def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
+    """The test's figures as JUnit XML properties (pytest's ``user_properties``, written by
+    ``--junitxml``): ``distperf.<metric>`` = its value and unit, and
+    ``distperf.<metric>.verdict`` = its verdict, with the change where there is one."""
+    out = [(f"distperf.{m.name}", format_value(m.value, m.unit)) for m in record.metrics]
+    for v in record.verdicts:
+        text = v.verdict
+        if v.change is not None:
+            text += f" ({_change(v)})"
+        out.append((f"distperf.{v.metric}.verdict", text))
+    return out
+
+
 def finding_lines(record: TestRecord) -> list[str]:
     """The analyzer's findings (``bottlenecks``) of the test's results, one line each."""
     lines: list[str] = []

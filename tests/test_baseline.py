@@ -593,11 +593,15 @@ def test_verdicts_travel_with_the_record_and_render() -> None:
         "t.py::test_b", 2, verdicts=[Verdict("x", bl.IMPROVED, change=-0.5)])])
     assert lines[0] == "distperf verdicts (per metric): 1 regressed, 1 improved"
     assert lines[1].split()[0] == "REGRESSED" and lines[2].split()[0] == "IMPROVED"
+    record.measurements.append(Measurement("m", (Metric("w.time_s", 0.04, "s"),)))
+    assert report.junit_properties(record) == [
+        ("distperf.w.time_s", "40 ms"), ("distperf.w.time_s.verdict", "regressed (+100.0%)")]
 
 
 @pytest.mark.parametrize(("value", "unit", "text"), [
     (0.0213, "s", "21.3 ms"), (2.5e-5, "s", "25 us"), (1.5, "s", "1.5 s"),
     (0.1234, "fraction", "0.123"), (12.5, "GB/s", "12.5 GB/s"), (None, "s", "-"),
+    (2105344, "B/step", "2.01 MiB/step"), (512, "B", "512 B"), (8, "calls/step", "8 calls/step"),
 ])
 def test_values_are_shown_in_readable_units(value: float | None, unit: str, text: str) -> None:
     assert report.format_value(value, unit) == text

@@ -12,6 +12,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import tomli_w
@@ -380,7 +381,8 @@ def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         report = pytester.path / "report.json"
-        result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}", *NO_LIMITS)
+        result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}", *NO_LIMITS,
+                                               f"--junitxml={pytester.path / 'junit.xml'}")
         for key in env:
             monkeypatch.delenv(key)
         (test,) = json.loads(report.read_text())["tests"]
@@ -393,6 +395,12 @@ def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
     assert (calls["verdict"], calls["baseline"], calls["current"]) == (bl.REGRESSED, 1, 4)
     assert verdicts["comm.buckets"]["verdict"] == bl.REGRESSED
     assert verdicts["comm.all_reduce.bytes"]["verdict"] == bl.UNCHANGED
+    # the figures and verdicts reach CI systems that read JUnit XML
+    junit = ElementTree.parse(pytester.path / "junit.xml")
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert properties["distperf.comm.all_reduce.calls"] == "4 calls/step"
+    assert properties["distperf.comm.all_reduce.bytes"] == f"{STEP_BYTES / 1024:.3g} KiB/step"
+    assert properties["distperf.comm.all_reduce.calls.verdict"] == "regressed (+300.0%)"
     result.stdout.fnmatch_lines([
         "*comm.all_reduce.calls: exact: 1 -> 4 (+3; exact tolerance 0)*",
         "*what changed with it: all_reduce calls/step 1 -> 4, bytes unchanged: smaller "
