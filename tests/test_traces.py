@@ -17,7 +17,8 @@ import pytest
 
 from pytest_distperf import traces as T
 from pytest_distperf.analyzer import analyze_steps
-from pytest_distperf.records import ProfileReport, RankStep, from_dict, to_dict
+from pytest_distperf.records import CommCount, ProfileReport, RankStep, from_dict, to_dict
+from pytest_distperf.traces.census import count_ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -530,3 +531,42 @@ def test_step_timer_and_profiler_find_an_imbalance_in_the_same_words() -> None:
     step_text = next(b.description for b in timing.bottlenecks if b.kind == "imbalance")
     profile_text = next(b.description for b in profile.bottlenecks if b.kind == "imbalance")
     assert " per step" in step_text and " per step" not in profile_text
+
+
+def _coalesced_group(trace: dict[str, Any], *, start: float, dur: float,
+                     kernel_metadata: bool) -> None:
+    """Append a coalesced group, as FSDP's all-gathers or batch_isend_irecv record it: two
+    all_gather calls with their metadata and no kernel of their own, then one
+    record_param_comms "coalesced" that launches the group's single kernel."""
+    ev = trace["traceEvents"]
+    for seq, host in ((101, start - 60), (102, start - 50)):
+        ev.append(_x("record_param_comms", "cpu_op", host, 4, **{
+            "External id": 900 + seq, "Collective name": "_allgather_base", "dtype": "Float",
+            "In msg nelems": 1024, "Out msg nelems": 2048, "Group size": 2, "Seq": seq,
+            "Process Group Name": "0", "Process Group Ranks": "[0, 1]"}))
+    ev.append(_x("record_param_comms", "cpu_op", start - 30, 10, **{
+        "External id": 999, "Collective name": "coalesced", "dtype": "Float",
+        "In msg nelems": 0, "Out msg nelems": 0, "Group size": 2,
+        "Process Group Name": "0"}))
+    ev.append(_x("cudaLaunchKernel", "cuda_runtime", start - 25, 2,
+                 **{"External id": 999, "correlation": 7777, "cbid": 211}))
+    args: dict[str, Any] = {"correlation": 7777, "device": 0, "stream": NCCL_STREAM}
+    if kernel_metadata:
+        args["Collective name"] = "coalesced"
+    ev.append(_x("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+                 "kernel", start, dur, pid=0, tid=NCCL_STREAM, **args))
+
+
+@pytest.mark.parametrize("kernel_metadata", [True, False])
+def test_a_coalesced_kernel_is_communication_not_compute(kernel_metadata: bool) -> None:
+    """The single kernel of a coalesced group counts as communication, whether it carries
+    the "coalesced" metadata or only its launch links it to the group; the group's calls
+    are counted one by one, and no "coalesced" collective appears."""
+    trace = nccl_trace(0, compute=[(100, 200)])
+    _coalesced_group(trace, start=500, dur=300, kernel_metadata=kernel_metadata)
+    tl = T.timeline(trace, 0)
+    assert [op.name for op in tl.ops] == ["all_gather", "all_gather"]
+    assert [op.nbytes for op in tl.ops] == [2048 * 4, 2048 * 4]
+    assert (500.0, 800.0) in tl.comm
+    assert tl.compute == ((100.0, 300.0),)  # the GEMM only: the 300 us kernel is not compute
+    assert count_ops([tl.ops]) == (CommCount("all_gather", 2, 2 * 2048 * 4, "ranks 0,1"),)

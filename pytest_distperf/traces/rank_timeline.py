@@ -125,8 +125,9 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
     region = _region(evs)
     drafts, source = _calls(evs)
     kernels = [e for e in evs if e.cat == "kernel"]
+    coalesced: list[_Ev] = []
     if kernels:
-        comm_execs, compute = _split_kernels(kernels, drafts, evs)
+        comm_execs, compute, coalesced = _split_kernels(kernels, drafts, evs)
     else:
         comm_execs, compute = _split_cpu_ops(evs, drafts)
     _attribute(drafts, comm_execs)
@@ -134,6 +135,7 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
     if not ops:
         source = "none"
     comm_spans = [(e.start, e.end) for e, _, _ in comm_execs]
+    comm_spans += [(k.start, k.end) for k in coalesced]
     comm_spans += [(d.event.start, d.event.end) for d in drafts if not d.execs]
     return Timeline(
         rank=rank,
@@ -161,39 +163,59 @@ def _calls(evs: Sequence[_Ev]) -> tuple[list[_Draft], str]:
 
 
 def _split_kernels(kernels: Sequence[_Ev], drafts: Sequence[_Draft], evs: Sequence[_Ev]
-                   ) -> tuple[list[Exec], list[tuple[float, float]]]:
-    """GPU kernels as communication (linked to a call, or carrying collective metadata) or
-    compute."""
+                   ) -> tuple[list[Exec], list[tuple[float, float]], list[_Ev]]:
+    """GPU kernels as communication (linked to a call, or carrying collective metadata),
+    coalesced communication, or compute.
+
+    A coalesced group (``batch_isend_irecv``, FSDP's coalesced all-gathers) records its
+    calls one by one with their metadata but launches one kernel for all of them from a
+    ``record_param_comms`` event named ``coalesced``, and on some versions that kernel
+    carries no metadata of its own.  Such kernels are communication, not attributed to
+    any one call of the group (which keep their host-side duration)."""
     # Everything a collective call did on its own thread belongs to communication.
     calls_by_thread = _by_thread([d.event for d in drafts])
+    groups = [e for e in evs if e.name == "record_param_comms" and e.cat != "kernel"
+              and canonical_collective(str(e.args.get("Collective name", ""))) == "coalesced"]
+    groups_by_thread = _by_thread(groups)
     ext_to_op: dict[Any, int] = {}
     corr_to_op: dict[Any, int] = {}
+    group_ext: set[Any] = set()
+    group_corr: set[Any] = set()
     op_index = {id(d.event): i for i, d in enumerate(drafts)}
+    runtime = ("cuda_runtime", "cuda_driver", "runtime")
     for e in evs:
         container = _container(calls_by_thread, e)
-        if container is None:
-            continue
-        i = op_index[id(container)]
-        if e.cat != "kernel" and "External id" in e.args:
-            ext_to_op.setdefault(e.args["External id"], i)
-        if "correlation" in e.args and e.cat in ("cuda_runtime", "cuda_driver", "runtime"):
-            corr_to_op[e.args["correlation"]] = i
+        if container is not None:
+            i = op_index[id(container)]
+            if e.cat != "kernel" and "External id" in e.args:
+                ext_to_op.setdefault(e.args["External id"], i)
+            if "correlation" in e.args and e.cat in runtime:
+                corr_to_op[e.args["correlation"]] = i
+        elif _container(groups_by_thread, e) is not None:
+            if e.cat != "kernel" and "External id" in e.args:
+                group_ext.add(e.args["External id"])
+            if "correlation" in e.args and e.cat in runtime:
+                group_corr.add(e.args["correlation"])
     comm_execs: list[Exec] = []
     compute: list[tuple[float, float]] = []
+    coalesced: list[_Ev] = []
     for k in kernels:
         linked = ext_to_op.get(k.args.get("External id"))
         if linked is None:
             linked = corr_to_op.get(k.args.get("correlation"))
         meta_name = k.args.get("Collective name")
-        is_comm_meta = (meta_name is not None
-                        and canonical_collective(str(meta_name)) not in NOT_COLLECTIVES)
+        meta = canonical_collective(str(meta_name)) if meta_name is not None else None
+        is_comm_meta = meta is not None and meta not in NOT_COLLECTIVES
         if linked is not None or is_comm_meta:
-            name = (canonical_collective(str(meta_name)) if is_comm_meta
+            name = (str(meta) if is_comm_meta
                     else drafts[linked].name if linked is not None else "")
             comm_execs.append((k, linked, name))
+        elif (meta == "coalesced" or k.args.get("External id") in group_ext
+              or k.args.get("correlation") in group_corr):
+            coalesced.append(k)
         else:
             compute.append((k.start, k.end))
-    return comm_execs, compute
+    return comm_execs, compute, coalesced
 
 
 def _split_cpu_ops(evs: Sequence[_Ev], drafts: Sequence[_Draft]
