@@ -17,6 +17,8 @@ BACKENDS = ("auto", "nccl", "gloo")
 #: The baseline folder under the rootdir, where ``--distperf-baselines`` does not say.
 DEFAULT_BASELINES_DIRNAME = "perf_baselines"
 DEFAULT_TIMEOUT_S = 300.0
+#: Shorter hang timeouts are refused: they would declare every call hung.
+MIN_TIMEOUT_S = 1.0
 
 #: Threshold defaults (docs/contract.md); overridable per environment (baselines) and per test.
 DEFAULT_THRESHOLDS: dict[str, float] = {
@@ -102,6 +104,10 @@ def parse_timeout(value: object, source: str) -> float:
             f"--distperf-timeout: expected a positive, finite number of seconds, got {text!r} "
             f"(from {source})"
         )
+    if seconds < MIN_TIMEOUT_S:
+        raise ConfigError(
+            f"--distperf-timeout: {text} s is too short for any call on the ranks (a barrier "
+            f"alone can take that long); use at least {MIN_TIMEOUT_S:g} (from {source})")
     return seconds
 
 
@@ -114,6 +120,17 @@ def parse_bool(value: object, option: str, source: str) -> bool:
     if text in ("0", "false", "no", "off", ""):
         return False
     raise ConfigError(f"{option}: expected true or false, got {value!r} (from {source})")
+
+
+def parse_tolerance(value: object, name: str, source: str) -> float:
+    """A relative tolerance: a fraction from 0 to 1 (0.10 is 10%); 10 would switch the gate
+    off (a change of 1000%), so it is refused with the likely meaning."""
+    number = parse_fraction(value, name, source)
+    if number > 1:
+        raise ConfigError(
+            f"{name}: the tolerance is a fraction (0.10 means 10%), got {value!r}; for "
+            f"{number:g}% write {number / 100:g} (from {source})")
+    return number
 
 
 def parse_fraction(value: object, name: str, source: str) -> float:
@@ -129,7 +146,7 @@ def parse_fraction(value: object, name: str, source: str) -> float:
     return number
 
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*((?:[KMGT]i?)?B?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
@@ -195,6 +212,8 @@ def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, f
                     f"got {value!r}"
                 )
             out[key] = value
+        elif key == "tolerance":
+            out[key] = parse_tolerance(value, key, f"@pytest.mark.distperf on {where}")
         else:
             out[key] = parse_fraction(value, key, f"@pytest.mark.distperf on {where}")
     return out

@@ -26,6 +26,7 @@ from pytest_distperf.config import (
     parse_fraction,
     parse_gpus,
     parse_timeout,
+    parse_tolerance,
 )
 from pytest_distperf.records import (
     Measurement,
@@ -136,7 +137,9 @@ def build_config(config: pytest.Config) -> DistperfConfig:
             values[ini] = parse_backend(value, source)
         elif ini == "distperf_timeout":
             values[ini] = parse_timeout(value, source)
-        elif ini in ("distperf_tolerance", "distperf_exact_tolerance"):
+        elif ini == "distperf_tolerance":
+            values[ini] = parse_tolerance(value, flag, source)
+        elif ini == "distperf_exact_tolerance":
             values[ini] = parse_fraction(value, flag, source)
         else:
             path = Path(str(value)).expanduser()

@@ -201,8 +201,15 @@ class DistperfSession:
                      f"of {self.visible_gpus} visible)"
         else:
             device = f"cpu ({os.cpu_count()} cores; {self.visible_gpus} CUDA devices visible)"
-        return (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
+        text = (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
                 f"torch {torch.__version__}, pool: {pool}")
+        cores = os.cpu_count() or 1
+        if self.device_type == "cpu" and self.mode != "torchrun" and self.world_size > cores:
+            text += (f"\ndistperf: warning: {self.world_size} ranks on {cores} CPU cores: the "
+                     f"ranks take turns on the cores, so timings are slower and noisier than "
+                     f"with a core per rank (fine for a smoke run; use --gpus {cores} or fewer "
+                     f"for figures to keep)")
+        return text
 
     def close(self) -> None:
         if self._engine is not None:

@@ -169,15 +169,15 @@ class DDPStepTimer:
                                       comm_counts=counts)
 
     def _check_sizes(self, sizes: Sequence[int], what: str) -> None:
+        bad = [n for n in sizes if not is_int(n) or n < 1]
+        if bad:
+            raise ValueError(f"ddp_step_timer: {what} must be whole numbers >= 1, got {bad!r}")
         too_big = [n for n in sizes if n > self.available]
         if too_big:
             raise ValueError(
                 f"ddp_step_timer: {what} asks for {', '.join(map(str, too_big))} ranks but only "
                 f"{self.available} are available (--gpus {self.available}); ask for at most "
                 f"{self.available} or run with --gpus {max(too_big)}")
-        bad = [n for n in sizes if not is_int(n) or n < 1]
-        if bad:
-            raise ValueError(f"ddp_step_timer: {what} must be whole numbers >= 1, got {bad!r}")
 
 
 def _prefix(name: str) -> str:

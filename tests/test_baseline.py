@@ -186,6 +186,16 @@ BAD_FILES = {
                       'torch_version = "2"\nnccl_version = ""\n'
                       '[environments.e.thresholds]\nmax_imbalanse = 0.2\n', 12,
                       "unknown threshold 'max_imbalanse'"),
+    "percent_tolerance": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                          'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                          'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                          '[environments.e.thresholds]\ntolerance = 10\n', 12,
+                          "tolerance is a fraction (0.10 means 10%)"),
+    "bad_kind": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\ndevice_type = "cpu"\n'
+                 'device_model = "m"\ndevice_count = 0\nworld_size = 2\n'
+                 'torch_version = "2"\nnccl_version = ""\n'
+                 '[tests.t.e.metrics."w.calls"]\nunit = "calls"\nhigher_is_better = false\n'
+                 'value = 1\nkind = "exactly"\n', 15, "kind must be one of 'exact', "),
     "bad_control": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\ndevice_type = "cpu"\n'
                     'device_model = "m"\ndevice_count = 0\nworld_size = 2\n'
                     'torch_version = "2"\nnccl_version = ""\n'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 
@@ -15,6 +16,7 @@ from pytest_distperf.config import (
     parse_gpus,
     parse_size,
     parse_timeout,
+    parse_tolerance,
     place_ranks,
     validate_marker_kwargs,
 )
@@ -197,3 +199,31 @@ def test_a_breach_the_noise_could_have_made_is_inconclusive() -> None:
     assert "inconclusive: the noise probe saw CPU wait 40% > 25%, and a quarter of the " \
            "steps were within the limit (0.242)" in noisy[0].describe()
     assert not any(b.inconclusive for b in check_thresholds(metrics, limits))
+
+
+def test_values_that_would_quietly_switch_the_gate_off_are_refused() -> None:
+    """A tolerance typed as a percentage (10 for 10%), a hang timeout shorter than any
+    call, and a size unit without its prefix are errors that say what was meant."""
+    with pytest.raises(ConfigError, match=r"a fraction \(0.10 means 10%\), got '10'; for 10% "
+                                          r"write 0.1"):
+        parse_tolerance("10", "--distperf-tolerance", "the command line")
+    assert parse_tolerance("0.25", "x", "y") == 0.25 and parse_tolerance("1", "x", "y") == 1
+    with pytest.raises(ConfigError, match="tolerance is a fraction"):
+        validate_marker_kwargs({"tolerance": 15}, "t.py::test_x")
+    assert validate_marker_kwargs({"exact_tolerance": 64}, "t.py::test_x") == {
+        "exact_tolerance": 64.0}
+    with pytest.raises(ConfigError, match="too short for any call on the ranks"):
+        parse_timeout("1e-9", "the command line")
+    for bad in ("64iB", "iB", "1.5 iB"):
+        with pytest.raises(ValueError, match="bad size"):
+            parse_size(bad)
+    assert parse_size("64KiB") == parse_size("64K") == parse_size("64kb") == 65536
+
+
+def test_more_ranks_than_cores_is_said_in_the_header(pytester: pytest.Pytester) -> None:
+    cores = os.cpu_count() or 1
+    pytester.makepyfile(test_x="def test_x(nccl_group):\n    assert nccl_group.world_size\n")
+    result = pytester.runpytest_subprocess("--distperf", "--gpus", str(cores + 1),
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"distperf: warning: {cores + 1} ranks on {cores} CPU cores: *"])

@@ -395,6 +395,10 @@ def test_timer_refuses_before_running_anything() -> None:
         timer(lambda: None, lambda rank: None, warmup=-1)
     with pytest.raises(ValueError, match="name must be a word"):
         timer(lambda: None, lambda rank: None, name="two words")
+    with pytest.raises(ValueError, match=r"world_size must be whole numbers >= 1, got \['2'\]"):
+        timer(lambda: None, lambda rank: None, world_size="2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fsdp_policy is for wrapper='fsdp'"):
+        timer(lambda: None, lambda rank: None, fsdp_policy=(object,))
     assert group.calls == [] and group.recorded == []
 
 

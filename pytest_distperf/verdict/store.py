@@ -298,6 +298,10 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
             if not _is_number(value) or not value >= 0:
                 raise fail(["environments", env_id, "thresholds", key],
                            f"environment {env_id!r}: {key} must be a number >= 0, got {value!r}")
+            if key == "tolerance" and value > 1:
+                raise fail(["environments", env_id, "thresholds", key],
+                           f"environment {env_id!r}: tolerance is a fraction (0.10 means 10%), "
+                           f"got {value!r}")
     tests = data.get("tests", {})
     if not isinstance(tests, dict):
         raise fail(["tests"], "'tests' must be a table")
