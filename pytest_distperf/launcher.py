@@ -237,6 +237,7 @@ class RankPool:
         errors: dict[int, str] = {}
         dead: dict[int, str] = {}
         pending = set(ranks)
+        ended = False  # a rank said it can serve no more calls
         start = time.monotonic()
         deadline = start + timeout_s
         by_conn = {id(self._conns[r]): r for r in ranks}
@@ -270,19 +271,21 @@ class RankPool:
                 elif reply[0] == "ok":
                     results[rank] = reply[2]
                 else:
-                    errors[rank] = f"rank {rank} raised {reply[2]}\n{reply[3]}"
+                    errors[rank] = f"rank {rank} raised {reply[2]}\n{reply[3]}".rstrip()
                     deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
+                    ended |= reply[4:5] == (worker.FATAL,)
                 pending.discard(rank)
         output = self._new_output(ranks)
         if not pending and not errors and not dead:
             return [results[r] for r in ranks]
         self._fail(label, errors, dead, sorted(pending), output, time.monotonic() - start,
-                   timeout_s)
+                   timeout_s, ended=ended)
 
     def _fail(self, label: str, errors: dict[int, str], dead: dict[int, str], stuck: list[int],
-              output: str, waited: float, timeout_s: float) -> NoReturn:
+              output: str, waited: float, timeout_s: float, *, ended: bool = False) -> NoReturn:
         """Raise what went wrong in a call: RankTimeout when ranks only got stuck, RankError
-        otherwise; a pool with stuck or dead ranks is killed first."""
+        otherwise; a pool with stuck or dead ranks, or ranks that ended themselves
+        (``ended``: their process group is gone), is killed first."""
         __tracebackhide__ = True
         parts: list[str] = []
         failed = tuple(sorted(set(errors) | set(dead) | set(stuck)))
@@ -300,7 +303,7 @@ class RankPool:
         if output:
             parts.append(output)
         message = "\n\n".join(parts)
-        if stuck or dead:
+        if stuck or dead or ended:
             self.close()  # the group is in an unknown state: the next call respawns it
             message += "\n\n(the rank pool was killed; the next call starts a fresh one)"
         if stuck and not errors and not dead:

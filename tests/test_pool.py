@@ -65,6 +65,19 @@ def test_raising_rank(nccl_group):
 def test_pool_still_works_after_a_raise(nccl_group):
     assert nccl_group.run(rank_and_sum, 1)[1] == (1, 2, 3.0)
 
+DESTROYED = []
+
+def test_code_that_destroys_the_group(nccl_group):
+    DESTROYED.extend(nccl_group.run(os.getpid))
+    def cleanup():  # what many DDP examples end with
+        dist.destroy_process_group()
+        return "cleaned up"
+    nccl_group.run(cleanup)
+
+def test_the_next_test_after_a_destroy_gets_a_group(nccl_group):
+    assert nccl_group.run(rank_and_sum, 1)[1] == (1, 2, 3.0)
+    assert set(nccl_group.run(os.getpid)).isdisjoint(DESTROYED)  # a fresh pool
+
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -189,7 +202,7 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
 
 def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     result, out = pool_run
-    result.assert_outcomes(passed=10, failed=2, errors=2)
+    result.assert_outcomes(passed=11, failed=3, errors=2)
     result.stdout.fnmatch_lines([
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])
@@ -207,6 +220,12 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
         "*in hangs_on_one*",
         "*the rank pool was killed; the next call starts a fresh one*",
     ])
+    # code that destroys the process group fails its test clearly; the next test has a group
+    result.stdout.fnmatch_lines([
+        "*rank 0 raised RuntimeError: the process group was destroyed on rank 0 "
+        "(dist.destroy_process_group() in "
+        "the code this test ran*"])
+    result.stdout.fnmatch_lines(["PASSED *::test_the_next_test_after_a_destroy_gets_a_group"])
     # what a rank prints is forwarded to the test's output, prefixed with the rank
     result.stdout.fnmatch_lines(["*[[]rank 1[]] hello from rank 1*"])
     # a subgroup larger than the pool, and a misspelt marker keyword

@@ -9,6 +9,8 @@ Protocol (cloudpickled tuples over a duplex pipe):
                       ("stop",)
   rank -> controller: ("ready", info) once after init
                       ("ok", call_id, result) | ("err", call_id, summary, traceback_text)
+                      ("err", call_id, summary, "", "fatal") when the code it ran destroyed
+                      the process group: the rank then ends
 """
 
 from __future__ import annotations
@@ -168,21 +170,43 @@ def _serve(conn: Any, rank: int, world_size: int) -> None:
                 sys.path[:] = sys_path
             set_phase(label)
             reply = _guarded(call_id, functools.partial(_call, payload, subgroups, size))
+            if not dist.is_initialized():
+                # The code called dist.destroy_process_group() (the cleanup() of many DDP
+                # examples): this rank can serve no more calls.  Say so, and end: the
+                # controller starts a new pool for the next call.
+                reply = ("err", call_id, DESTROYED.format(rank=rank), "", FATAL)
+                _send(conn, reply, rank)
+                break
         set_phase("idle")
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        try:
-            data = cloudpickle.dumps(reply)
-        except Exception as exc:  # the result could not be pickled
-            data = cloudpickle.dumps(
-                ("err", reply[1], f"the result of rank {rank} cannot be sent back: {exc!r}",
-                 traceback.format_exc())
-            )
-        conn.send_bytes(data)
+        _send(conn, reply, rank)
 
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
+
+
+#: The last element of an error reply after which the rank ends (its group is gone).
+FATAL = "fatal"
+#: What a rank says when the code it ran destroyed the process group.
+DESTROYED = ("RuntimeError: the process group was destroyed on rank {rank} "
+             "(dist.destroy_process_group() in "
+             "the code this test ran, such as a DDP example's cleanup()?): distperf owns the "
+             "group, so leave that call out of code run through it; the ranks are restarted "
+             "for the next test")
+
+
+def _send(conn: Any, reply: tuple[Any, ...], rank: int) -> None:
+    """Flush this rank's output, then send ``reply`` (an error when it cannot be pickled)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        data = cloudpickle.dumps(reply)
+    except Exception as exc:  # the result could not be pickled
+        data = cloudpickle.dumps(
+            ("err", reply[1], f"the result of rank {rank} cannot be sent back: {exc!r}",
+             traceback.format_exc())
+        )
+    conn.send_bytes(data)
 
 
 def _call(payload: bytes, subgroups: dict[int, Any], size: int) -> Any:
