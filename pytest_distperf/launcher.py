@@ -35,6 +35,9 @@ from pytest_distperf.rank import worker
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
 ERROR_GRACE_S = 3.0
+#: The call id of a reply that could not be unpickled: it is the reply to the current call
+#: (a rank answers one call at a time), not a late one to be dropped.
+UNREADABLE = "unreadable reply"
 #: Bytes of each rank's captured output shown in a failure.
 OUTPUT_TAIL_BYTES = 4000
 
@@ -266,7 +269,7 @@ class RankPool:
                     continue
                 if reply[0] == "ready":
                     results[rank] = reply[1]
-                elif reply[1] != call_id:
+                elif reply[1] != call_id and reply[1] is not UNREADABLE:
                     continue  # a late reply to an earlier call
                 elif reply[0] == "ok":
                     results[rank] = reply[2]
@@ -315,8 +318,10 @@ class RankPool:
             return tuple(cloudpickle.loads(conn.recv_bytes()))
         except (EOFError, OSError):
             return None
-        except Exception:  # a result that cannot be unpickled here
-            return ("err", None, "its result could not be unpickled in the controller",
+        except Exception as exc:  # a result that cannot be unpickled here
+            return ("err", UNREADABLE, "its result could not be unpickled in the controller "
+                    f"({type(exc).__name__}: {exc}): return plain values (numbers, strings, "
+                    "lists, dicts, CPU tensors) or types the test process can import",
                     traceback.format_exc())
 
     def _describe_stuck(self, rank: int) -> str:

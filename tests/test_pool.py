@@ -65,6 +65,17 @@ def test_raising_rank(nccl_group):
 def test_pool_still_works_after_a_raise(nccl_group):
     assert nccl_group.run(rank_and_sum, 1)[1] == (1, 2, 3.0)
 
+class Unreadable:
+    """Pickles on the rank; rebuilding it in the controller raises."""
+    def __reduce__(self):
+        return (_refuse, ())
+
+def _refuse():
+    raise ValueError("not here")
+
+def test_a_result_the_controller_cannot_read(nccl_group):
+    nccl_group.run(Unreadable)
+
 DESTROYED = []
 
 def test_code_that_destroys_the_group(nccl_group):
@@ -202,7 +213,7 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
 
 def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     result, out = pool_run
-    result.assert_outcomes(passed=11, failed=3, errors=2)
+    result.assert_outcomes(passed=11, failed=4, errors=2)
     result.stdout.fnmatch_lines([
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])
@@ -220,6 +231,11 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
         "*in hangs_on_one*",
         "*the rank pool was killed; the next call starts a fresh one*",
     ])
+    # a result that cannot be unpickled here fails at once (not after the timeout), saying so
+    result.stdout.fnmatch_lines([
+        "*rank 0 raised its result could not be unpickled in the controller (ValueError: not "
+        "here)*"])
+    assert "test_a_result_the_controller_cannot_read): rank(s)" not in text  # no hang
     # code that destroys the process group fails its test clearly; the next test has a group
     result.stdout.fnmatch_lines([
         "*rank 0 raised RuntimeError: the process group was destroyed on rank 0 "
