@@ -76,6 +76,24 @@ def _refuse():
 def test_a_result_the_controller_cannot_read(nccl_group):
     nccl_group.run(Unreadable)
 
+THREADS = []
+
+def test_a_call_that_changes_the_rank_process(nccl_group):
+    def meddle():
+        before = torch.get_num_threads()
+        os.chdir("/")
+        os.environ["DISTPERF_MEDDLED"] = "1"
+        torch.set_num_threads(before + 5)
+        return before, os.getcwd(), torch.get_num_threads() - before
+    before, cwd, more = nccl_group.run(meddle)[0]
+    THREADS.append(before)
+    assert (cwd, more) == ("/", 5)
+
+def test_the_next_call_gets_the_rank_process_as_it_was(nccl_group):
+    def state():
+        return os.getcwd() != "/", "DISTPERF_MEDDLED" in os.environ, torch.get_num_threads()
+    assert nccl_group.run(state)[0] == (True, False, THREADS[0])
+
 DESTROYED = []
 
 def test_code_that_destroys_the_group(nccl_group):
@@ -213,7 +231,7 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
 
 def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     result, out = pool_run
-    result.assert_outcomes(passed=11, failed=4, errors=2)
+    result.assert_outcomes(passed=13, failed=4, errors=2)
     result.stdout.fnmatch_lines([
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])

@@ -211,8 +211,28 @@ def _send(conn: Any, reply: tuple[Any, ...], rank: int) -> None:
 
 def _call(payload: bytes, subgroups: dict[int, Any], size: int) -> Any:
     fn, args, kwargs = cloudpickle.loads(payload)
-    with as_default_group(subgroups[size]):
+    with as_default_group(subgroups[size]), _process_state_kept():
         return fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _process_state_kept() -> Iterator[None]:
+    """Put back what a call changed in this rank process that later calls would inherit:
+    the working directory, the environment and torch's intra-op thread count (which
+    silently changes every later measurement)."""
+    import torch
+
+    cwd, environ, threads = os.getcwd(), dict(os.environ), torch.get_num_threads()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+        if os.environ != environ:
+            os.environ.clear()
+            os.environ.update(environ)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def _guarded(call_id: int, thunk: Any) -> tuple[Any, ...]:
