@@ -143,7 +143,12 @@ def build_config(config: pytest.Config) -> DistperfConfig:
             values[ini] = parse_fraction(value, flag, source)
         else:
             path = Path(str(value)).expanduser()
-            values[ini] = path if path.is_absolute() else Path(config.rootpath, path)
+            # like --junitxml, an output file named on the command line is relative to where
+            # pytest was started; in the ini file, to the rootdir
+            base = (config.invocation_params.dir
+                    if ini == "distperf_json" and source.endswith("on the command line")
+                    else config.rootpath)
+            values[ini] = path if path.is_absolute() else Path(base, path)
     return DistperfConfig(
         enabled=values.get("distperf", False),
         gpus=values.get("distperf_gpus"),
@@ -240,19 +245,18 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     from pytest_distperf import report
 
     records = session.records + _records_from_xdist_workers(config)
-    if not records:
-        return
-    tables = report.collective_lines(records)
-    if tables:
-        terminalreporter.write_sep("=", "distperf collectives (nccl-tests style)")
-        for line in tables:
+    if records:
+        tables = report.collective_lines(records)
+        if tables:
+            terminalreporter.write_sep("=", "distperf collectives (nccl-tests style)")
+            for line in tables:
+                terminalreporter.write_line(line)
+        terminalreporter.write_sep("=", "distperf summary")
+        for line in report.summary_lines(records):
             terminalreporter.write_line(line)
-    terminalreporter.write_sep("=", "distperf summary")
-    for line in report.summary_lines(records):
-        terminalreporter.write_line(line)
-    for line in report.verdict_summary_lines(records):
-        terminalreporter.write_line(line)
-    if session.cfg.json_path is not None:
+        for line in report.verdict_summary_lines(records):
+            terminalreporter.write_line(line)
+    if session.cfg.json_path is not None:  # asked for: written even when nothing was measured
         try:
             report.write_json(session.cfg.json_path, records, header=session.header())
         except OSError as exc:

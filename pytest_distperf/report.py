@@ -67,11 +67,14 @@ def finding_lines(record: TestRecord) -> list[str]:
 
 def write_json(path: Path, records: Sequence[TestRecord], *, header: str) -> None:
     """Write the report atomically (a temp file renamed into place)."""
-    data = {
+    data: dict[str, object] = {
         "schema_version": JSON_SCHEMA_VERSION,
         "header": header,
         "tests": [record_to_dict(r) for r in records],
     }
+    if not records:
+        data["note"] = ("no test recorded a distperf metric in this run (none was selected, "
+                        "or none used a distperf fixture)")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
