@@ -125,6 +125,12 @@ class DistProfiler:
 
 
 def write_trace(path: Path, trace: Mapping[str, Any]) -> None:
-    """Write a merged trace atomically, creating the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(trace, separators=(",", ":")))
+    """Write a merged trace atomically, creating the folder; an OSError (an unwritable or
+    missing folder, a full disk) becomes one that names the file and the option."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(trace, separators=(",", ":")))
+    except OSError as exc:
+        raise OSError(exc.errno, f"dist_profiler: cannot write the merged trace {path} "
+                                 f"({exc.strerror or exc}); choose a writable folder with "
+                                 f"--distperf-trace") from None

@@ -209,6 +209,28 @@ BAD_FILES = {
                          'higher_is_better = false\nvalue = 1.0\nsamples = [1.0, 2.0]\n'
                          'measurements = [1, 2]\n', 16,
                          "measurements must list the sizes of the pooled measurements"),
+    "negative_time": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                      'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                      'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                      '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n'
+                      'higher_is_better = false\nvalue = 1.0\nsamples = [1.0, -2.0]\n', 15,
+                      "a time (s) cannot be negative"),
+    "bool_measurements": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                          'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                          'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                          '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n'
+                          'higher_is_better = false\nvalue = 1.0\nsamples = [1.0, 2.0]\n'
+                          'measurements = [true, true]\n', 16,
+                          "measurements must list the sizes"),
+    "string_measurements": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                            'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                            'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                            '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n'
+                            'higher_is_better = false\nvalue = 1.0\nsamples = [1.0, 2.0]\n'
+                            'measurements = ["1", "1"]\n', 16,
+                            "measurements must list the sizes"),
+    "too_deep": (GOOD_HEAD + "x = " + "[" * 5000 + "]" * 5000 + "\n", None,
+                 "nested too deeply to read"),
 }
 
 

@@ -243,3 +243,13 @@ def test_profiler_rejects_bad_settings(tmp_path: Path, setting: str, value: Any,
         profiler(lambda: None)
     with pytest.raises(TypeError, match="callable"):
         _profiler(StandInGroup([], []), tmp_path)(42)  # type: ignore[arg-type]
+
+
+def test_an_unwritable_trace_folder_says_which_file_and_option(tmp_path: Path) -> None:
+    from pytest_distperf.profiler import write_trace
+
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    with pytest.raises(OSError, match=r"dist_profiler: cannot write the merged trace .*a_file/"
+                                      r"t.trace.json .*--distperf-trace"):
+        write_trace(blocked / "t.trace.json", {"traceEvents": []})

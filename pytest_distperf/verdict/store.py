@@ -38,6 +38,8 @@ import tomli_w
 
 #: The layout version of a baseline file; a file of another version is refused, untouched.
 SCHEMA_VERSION = 1
+#: Units of a time: never negative in a baseline.
+TIME_UNITS = ("s", "ms", "us", "ns")
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 _ENV_FIELDS: tuple[tuple[str, type], ...] = (
@@ -248,6 +250,9 @@ def parse(path: Path, raw: bytes) -> BaselineFile:
         match = re.search(r"line (\d+)", str(exc))
         raise BaselineError(path, int(match.group(1)) if match else None,
                             f"not valid TOML ({exc})") from None
+    except RecursionError:
+        raise BaselineError(path, None, "nested too deeply to read (arrays or tables inside "
+                                        "each other thousands of levels down)") from None
     _validate(path, text, data)
     return BaselineFile(path, data)
 
@@ -343,6 +348,9 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
     samples = table.get("samples", [])
     if not isinstance(samples, list) or not all(_is_number(v) for v in samples):
         raise fail([*keys, "samples"], f"metric {label}: samples must be a list of numbers")
+    if table["unit"] in TIME_UNITS and (table["value"] < 0 or any(v < 0 for v in samples)):
+        raise fail([*keys, "value" if table["value"] < 0 else "samples"],
+                   f"metric {label}: a time ({table['unit']}) cannot be negative")
     for key in ("steal", "cpu_wait"):
         if key in table and not _is_number(table[key]):
             raise fail([*keys, key], f"metric {label}: {key} must be a number")
@@ -352,8 +360,9 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
         raise fail([*keys, "control"], f"metric {label}: control must be a list of positive "
                                        "numbers, one per sample")
     sizes = table.get("measurements")
-    if sizes is not None and (not isinstance(sizes, list) or sum(sizes) != len(samples)
-                              or not all(isinstance(v, int) and v > 0 for v in sizes)):
+    if sizes is not None and (not isinstance(sizes, list)
+                              or not all(is_int(v) and v > 0 for v in sizes)
+                              or sum(sizes) != len(samples)):
         raise fail([*keys, "measurements"], f"metric {label}: measurements must list the "
                                             "sizes of the pooled measurements, adding up to "
                                             "the number of samples")
