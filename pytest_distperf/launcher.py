@@ -35,6 +35,17 @@ from pytest_distperf.rank import worker
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
 ERROR_GRACE_S = 3.0
+#: What a rank raises because another rank failed first (gloo and NCCL lose their peer).
+SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                    "NCCL communicator was aborted")
+
+
+def is_secondary(error: str) -> bool:
+    """Whether a rank's error reads as the consequence of another rank's failure."""
+    first = error.split("\n", 1)[0]
+    return any(marker in first for marker in SECONDARY_ERRORS)
+
+
 #: The call id of a reply that could not be unpickled: it is the reply to the current call
 #: (a rank answers one call at a time), not a late one to be dropped.
 UNREADABLE = "unreadable reply"
@@ -292,10 +303,12 @@ class RankPool:
         __tracebackhide__ = True
         parts: list[str] = []
         failed = tuple(sorted(set(errors) | set(dead) | set(stuck)))
-        for rank in sorted(errors):
-            parts.append(errors[rank])
-        for rank in sorted(dead):
-            parts.append(dead[rank])
+        # the root cause first: a rank that raised or died, then the ranks that failed because
+        # they lost it as a peer
+        secondary = [r for r in sorted(errors) if is_secondary(errors[r])]
+        parts += [errors[r] for r in sorted(errors) if r not in secondary]
+        parts += [dead[r] for r in sorted(dead)]
+        parts += [errors[r] for r in secondary]
         if stuck:
             why = ("after another rank failed" if (errors or dead)
                    else f"within the timeout of {timeout_s:g} s")

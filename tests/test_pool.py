@@ -76,6 +76,13 @@ def _refuse():
 def test_a_result_the_controller_cannot_read(nccl_group):
     nccl_group.run(Unreadable)
 
+def test_a_rank_dies_while_the_other_waits_for_it(nccl_group):
+    def dies_on_one():
+        if dist.get_rank() == 1:
+            os._exit(3)
+        dist.all_reduce(torch.ones(1))  # rank 0 loses its peer here
+    nccl_group.run(dies_on_one)
+
 THREADS = []
 
 def test_a_call_that_changes_the_rank_process(nccl_group):
@@ -231,7 +238,7 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
 
 def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     result, out = pool_run
-    result.assert_outcomes(passed=13, failed=4, errors=2)
+    result.assert_outcomes(passed=13, failed=5, errors=2)
     result.stdout.fnmatch_lines([
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])
@@ -249,6 +256,11 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
         "*in hangs_on_one*",
         "*the rank pool was killed; the next call starts a fresh one*",
     ])
+    # the root cause comes first: the rank that died, then the one that lost it as a peer
+    died = text.split("_ test_a_rank_dies_while_the_other_waits_for_it _")[1]
+    assert "rank 1 died (exit code 3)" in died
+    if "rank 0 raised" in died:
+        assert died.index("rank 1 died (exit code 3)") < died.index("rank 0 raised")
     # a result that cannot be unpickled here fails at once (not after the timeout), saying so
     result.stdout.fnmatch_lines([
         "*rank 0 raised its result could not be unpickled in the controller (ValueError: not "
