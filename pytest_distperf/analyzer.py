@@ -178,19 +178,18 @@ def paired_steps(rows: Sequence[Sequence[float]]) -> Paired | None:
     length = min((len(r) for r in rows), default=0)
     if len(rows) < 2 or length == 0:
         return None
-    per_step = []
     excess: list[list[float]] = [[] for _ in rows]
     for k in range(length):
         column = [float(r[k]) for r in rows]
         if not all(math.isfinite(v) and v >= 0 for v in column):
             continue
         mid = median_or_nan(column)
-        per_step.append(_ratio(max(column) - min(column), sum(column) / len(column)))
         for r, v in enumerate(column):
             excess[r].append(_ratio(v - mid, mid))
-    if not per_step:
+    if not excess[0]:
         return None
-    return Paired(median_or_nan(per_step),
+    # the same per-step figures as the imbalance metric's samples
+    return Paired(median_or_nan(_imbalance_per_step(rows)),
                   tuple(median_or_nan(e) if e else None for e in excess))
 
 

@@ -89,7 +89,8 @@ class Judgement:
         self.test = test
         self.windows: dict[str, list[Window]] = {
             m.name: [Window.of(m, first_noise)] for m in self.metrics.values()}
-        self.stored = self._stored()
+        #: the test's baselines in this environment; None where the file has no entry
+        self.stored = (baseline.metrics(test, self.env_id) if baseline is not None else None)
         #: per metric: its baseline here, or None and (verdict, detail) saying why there is none
         self.base = {name: self._lookup(name) for name in self.metrics}
 
@@ -153,12 +154,6 @@ class Judgement:
         collective no longer issued."""
         return []
 
-    def _stored(self) -> dict[str, StoredMetric]:
-        """The test's baselines in this environment (empty where there are none)."""
-        if self.file is None:
-            return {}
-        return self.file.metrics(self.test, self.env_id) or {}
-
     def _family_present(self, name: str) -> str:
         """The label of a measurement of this run that recorded exact metrics of ``name``'s
         family (``comm.`` with the same prefix and ``#n``) and has a baseline for them here
@@ -173,7 +168,7 @@ class Judgement:
         if self.file is None:
             return None, (NO_BASELINE, "no baseline file for this test module yet: run with "
                                        "--distperf-save to create it")
-        stored = self.file.metrics(self.test, self.env_id)
+        stored = self.stored
         if stored is None:
             others = self.file.test_environments(self.test)
             if others:
@@ -212,7 +207,7 @@ class Comparison(Judgement):
 
     def vanished(self) -> list[tuple[Verdict, str]]:
         out = []
-        for name, base in self.stored.items():
+        for name, base in (self.stored or {}).items():
             if name in self.metrics or name in self.unusable or base.kind != EXACT:
                 continue
             label = self._family_present(name)
