@@ -24,6 +24,7 @@ from pytest_distperf.findings import (
     balance_bottlenecks,
     communication_bottlenecks,
     memory_bottlenecks,
+    node_bottlenecks,
     recommendations,
     scaling_bottlenecks,
 )
@@ -33,6 +34,7 @@ from pytest_distperf.records import (
     CommCount,
     CommSummary,
     LoadBalance,
+    PairMatrix,
     PhaseStats,
     RankStep,
     RankTiming,
@@ -40,6 +42,7 @@ from pytest_distperf.records import (
     ScalingResult,
     StepTiming,
 )
+from pytest_distperf.topology import NodeSplit, spans_nodes, split_by_node
 from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 #: Per-rank compute time is this quantile of the rank's steps without synchronisation.
@@ -411,3 +414,14 @@ def scaling_result(timings: Sequence[StepTiming], mode: str = "weak", *,
                                    t.comm_overhead, t.imbalance, eff_samples, tuple(steps)))
     found = scaling_bottlenecks(points, mode, lim)
     return ScalingResult(mode, points, found, recommendations(found))
+
+
+# -- the pair matrix by node ------------------------------------------------------------------
+def pairs_by_node(matrix: PairMatrix, nodes: Sequence[str]) -> NodeSplit | None:
+    """``bench_pairs`` seen by node, with its findings (slow nodes, slow links between
+    nodes); None when every rank runs on one node.  ``nodes[r]`` is rank r's node
+    (:func:`pytest_distperf.topology.node_names`)."""
+    if not spans_nodes(nodes[:matrix.world_size]):
+        return None
+    split = split_by_node(matrix, nodes)
+    return dataclasses.replace(split, bottlenecks=tuple(node_bottlenecks(split)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_distperf.config import format_size, parse_size, require_int
 from pytest_distperf.records import (
@@ -19,12 +19,17 @@ from pytest_distperf.records import (
     BenchSpec,
     CollectiveResult,
     CollectiveRow,
+    Metric,
     PairMatrix,
     PairOutcome,
     PairRow,
     SizeOutcome,
     gbps,
 )
+from pytest_distperf.topology import NodeSplit, node_names
+
+if TYPE_CHECKING:
+    from pytest_distperf.group import DistGroup
 
 #: The ops of ``bench``, in the order the suite runs them.
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
@@ -194,3 +199,27 @@ def build_pairs(spec: BenchSpec, per_rank: Sequence[PairOutcome], *, backend: st
                             wrong.get((src, dst), 0), us))
     return PairMatrix(len(per_rank), backend, device_type, spec.dtype, spec.labels[0],
                       spec.counts[0] * spec.element_size, spec.warmup, spec.iters, tuple(rows))
+
+
+def record_by_node(group: DistGroup, matrix: PairMatrix,
+                   remeasure: Callable[[], PairMatrix] | None = None) -> NodeSplit | None:
+    """When ``group``'s ranks span nodes, ``matrix`` (from ``group.bench_pairs``) seen by
+    node: intra-node and inter-node figures, recorded as the test's metrics
+    ``pairs.<size>.intra_node_busbw_gbps`` and ``pairs.<size>.inter_node_busbw_gbps``, and
+    findings naming a slow node or link with its ranks.  None (nothing recorded) on one node.
+    ``remeasure`` measures the matrix again, to confirm a suspected regression."""
+    from pytest_distperf.analyzer import pairs_by_node  # numpy: only when it is used
+
+    nodes = node_names(group.engine.rank_info()[:group.world_size])
+    split = pairs_by_node(matrix, nodes)
+    if split is None:
+        return None
+
+    def again() -> list[Metric]:
+        assert remeasure is not None
+        fresh = pairs_by_node(remeasure(), nodes)
+        return fresh.metrics() if fresh is not None else []
+
+    group.record(f"bench_pairs({matrix.label}) by node", split.metrics(), split,
+                 again if remeasure is not None else None)
+    return split

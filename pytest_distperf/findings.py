@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pytest_distperf.config import format_bytes
 from pytest_distperf.quantiles import median_or_nan
 from pytest_distperf.records import Bottleneck, LoadBalance, RankTiming, ScalingPoint
+from pytest_distperf.topology import SLOW_LINK_RATIO, NodeSplit
 from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.
@@ -34,7 +35,7 @@ SMALL_MESSAGE_BYTES = 64 * 1024
 SMALL_MESSAGE_SHARE = 0.2
 #: Bottleneck kinds, in the order findings are recommended at equal severity.
 KINDS = ("desync", "communication", "low_overlap", "imbalance", "straggler", "memory",
-         "small_messages", "low_scaling")
+         "small_messages", "low_scaling", "slow_node", "slow_link")
 
 GENERIC_SUGGESTIONS: dict[str, str] = {
     "communication": (
@@ -65,6 +66,14 @@ GENERIC_SUGGESTIONS: dict[str, str] = {
         "make every rank issue the same collectives in the same order (a mismatch hangs "
         "NCCL or silently mixes data); no other figure of this profile is trustworthy "
         "until then"),
+    "slow_node": (
+        "check that node's network: its NIC and cable, the switch port, the negotiated link "
+        "speed and error counters (ethtool, ibstat), traffic shaping (tc qdisc show), and the "
+        "interface NCCL or gloo picked (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME); the links "
+        "between the other nodes are the healthy reference"),
+    "slow_link": (
+        "check the path between those two nodes: cables, switch ports and routing between "
+        "them, and both nodes' NICs"),
 }
 
 
@@ -281,6 +290,45 @@ def scaling_cause(point: ScalingPoint, base: ScalingPoint, mode: str,
         cause = ("neither communication nor imbalance explains it: shared host resources "
                  "(cores, memory bandwidth, data loading) or fixed per-step costs")
     return cause, GENERIC_SUGGESTIONS["low_scaling"]
+
+
+# -- nodes and the links between them ----------------------------------------------------------
+def node_bottlenecks(split: NodeSplit) -> list[Bottleneck]:
+    """``slow_node`` for each node :func:`~pytest_distperf.topology.split_by_node` named,
+    naming its ranks; ``slow_link`` for each slow link between nodes that no slow node
+    explains.  With two nodes a slow link cannot be pinned on either node, and says so."""
+    out: list[Bottleneck] = []
+    limit = 1 / SLOW_LINK_RATIO
+    for s in split.slow_nodes:
+        way = {(True, False): "send to", (False, True): "receive from"}.get(
+            (s.sends, s.receives), "send to and receive from")
+        out.append(Bottleneck(
+            "slow_node", severity(s.factor, limit), s.ranks,
+            f"{s.node} ({_ranks(s.ranks)}) is slow to {way} the other nodes: its best link "
+            f"reaches {s.best_gbps:.3g} GB/s, {s.factor:.3g}x below the {s.typical_gbps:.3g} "
+            f"GB/s of the links between the other nodes (best case of every round trip, "
+            f"{split.label} messages)", GENERIC_SUGGESTIONS["slow_node"], s.factor, limit))
+    two_nodes = len(set(split.nodes)) == 2
+    for link in split.slow_links:
+        factor = (split.typical_link_gbps / link.fast_gbps if link.fast_gbps > 0
+                  else math.inf)
+        ranks = tuple(sorted(split.ranks_of(link.src) + split.ranks_of(link.dst)))
+        if two_nodes:
+            why = (f"; with two nodes this cannot be pinned on one of them ({link.src} slow "
+                   f"to send, or {link.dst} slow to receive): a third node tells them apart")
+        else:
+            why = "; the other links of both nodes are not slow: suspect the path between them"
+        out.append(Bottleneck(
+            "slow_link", severity(factor, limit), ranks,
+            f"the link from {link.src} to {link.dst} reaches {link.fast_gbps:.3g} GB/s, "
+            f"{factor:.3g}x below the typical link between nodes "
+            f"({split.typical_link_gbps:.3g} GB/s; best case of every round trip, "
+            f"{split.label} messages){why}", GENERIC_SUGGESTIONS["slow_link"], factor, limit))
+    return out
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 # -- what to do --------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from pytest_distperf import analyzer, findings
+from pytest_distperf import analyzer, findings, topology
 from pytest_distperf.analyzer import (
     analyze_steps,
     batch_shares,
@@ -27,6 +27,8 @@ from pytest_distperf.records import (
     Bottleneck,
     CommCall,
     CommCount,
+    PairMatrix,
+    PairRow,
     RankStep,
     ScalingResult,
     StepTiming,
@@ -514,3 +516,143 @@ def test_scaling_metrics_record_efficiency_above_the_smallest_size() -> None:
     (breach,) = check_thresholds(metrics.values(), resolve_thresholds())
     assert "is below min_scaling_efficiency = 0.800" in breach.describe()
     assert "communication grows" in breach.describe()
+
+
+# -- the pair matrix by node (pytest_distperf.topology, analyzer.pairs_by_node) ---------------
+PAIR_BYTES = 64 * 1024
+
+
+def pair_matrix(nodes: list[str], gbps_of: dict[tuple[str, str], float],
+                noisy: dict[tuple[int, int], float] | None = None) -> PairMatrix:
+    """A bench_pairs matrix whose pair (src, dst) runs at ``gbps_of[(node of src, node of
+    dst)]`` in every iteration but one (a 3x hiccup); ``noisy[(src, dst)]`` slows a whole
+    pair by that factor."""
+    rows = []
+    n = len(nodes)
+    for src in range(n):
+        for dst in range(n):
+            if src == dst:
+                continue
+            t = PAIR_BYTES / (gbps_of[(nodes[src], nodes[dst])] * 1e3)
+            t *= (noisy or {}).get((src, dst), 1.0)
+            samples = (*(t * j for j in JITTER[:7]), 3 * t)
+            rows.append(PairRow(src, dst, t, PAIR_BYTES / (t * 1e3), 0, samples))
+    return PairMatrix(n, "gloo", "cpu", "float32", "64KiB", PAIR_BYTES, 2, 8, tuple(rows))
+
+
+def links(nodes: list[str], intra: float, inter: float,
+          **slow: float) -> dict[tuple[str, str], float]:
+    """Every link at ``intra`` or ``inter`` GB/s, except ``slow={"A_B": gbps}`` (A to B)."""
+    out = {(a, b): intra if a == b else inter for a in set(nodes) for b in set(nodes)}
+    for key, value in slow.items():
+        a, b = key.split("_")
+        out[(a, b)] = value
+    return out
+
+
+def test_node_names_come_from_the_node_rank_or_the_host_name() -> None:
+    info = [{"node_rank": 0, "hostname": "gpu-1"}, {"node_rank": 1, "hostname": "gpu-2"},
+            {"node_rank": -1, "hostname": "laptop"}, {}]
+    assert topology.node_names(info) == ("node 0 (gpu-1)", "node 1 (gpu-2)", "laptop",
+                                         "this host")
+    assert topology.ranks_by_node(("b", "a", "b")) == {"b": (0, 2), "a": (1,)}
+
+
+def test_one_node_has_no_split() -> None:
+    nodes = ["A", "A"]
+    assert analyzer.pairs_by_node(pair_matrix(nodes, links(nodes, 1.0, 1.0)), nodes) is None
+
+
+def test_two_nodes_report_intra_and_inter_node_figures_as_metrics() -> None:
+    nodes = ["A", "A", "B", "B"]
+    split = analyzer.pairs_by_node(pair_matrix(nodes, links(nodes, 2.0, 0.5)), nodes)
+    assert split is not None
+    assert split.intra_gbps == pytest.approx(2.0) and split.inter_gbps == pytest.approx(0.5)
+    assert split.intra_time_us == pytest.approx(PAIR_BYTES / 2e3)
+    assert {(k.src, k.dst): k.pairs for k in split.links} == {
+        ("A", "A"): 2, ("A", "B"): 4, ("B", "A"): 4, ("B", "B"): 2}
+    metrics = {m.name: m for m in split.metrics()}
+    assert list(metrics) == ["pairs.64KiB.intra_node_busbw_gbps",
+                             "pairs.64KiB.inter_node_busbw_gbps"]
+    inter = metrics["pairs.64KiB.inter_node_busbw_gbps"]
+    assert inter.higher_is_better and inter.unit == "GB/s" and inter.world_size == 4
+    assert len(inter.samples) == 8 and inter.samples[0] == pytest.approx(0.5)
+    # slower inter-node links are what networks are like: no finding from that alone
+    assert split.slow_nodes == () and split.slow_links == () and split.bottlenecks == ()
+    assert from_dict(type(split), json.loads(json.dumps(to_dict(split)))) == split
+
+
+def test_two_nodes_cannot_say_which_node_a_delay_is_on() -> None:
+    # a delay on either node slows both directions alike: nothing to compare with
+    nodes = ["A", "A", "B", "B"]
+    split = analyzer.pairs_by_node(pair_matrix(nodes, links(nodes, 2.0, 0.01)), nodes)
+    assert split is not None and split.bottlenecks == ()
+
+
+def test_two_nodes_name_a_one_way_slow_link_but_not_a_node() -> None:
+    nodes = ["A", "A", "B", "B"]
+    split = analyzer.pairs_by_node(pair_matrix(nodes, links(nodes, 2.0, 0.5, A_B=0.01)),
+                                   nodes)
+    assert split is not None and split.slow_nodes == ()
+    (finding,) = split.bottlenecks
+    assert finding.kind == "slow_link" and finding.ranks == (0, 1, 2, 3)
+    assert "the link from A to B" in finding.description
+    assert "cannot be pinned on one of them (A slow to send, or B slow to receive)" in \
+        finding.description
+
+
+def test_three_nodes_name_the_delayed_node_and_its_ranks() -> None:
+    nodes = ["A", "B", "C", "C"]
+    gbps = links(nodes, 2.0, 0.5, C_A=0.005, C_B=0.005, A_C=0.005, B_C=0.005)
+    split = analyzer.pairs_by_node(pair_matrix(nodes, gbps), nodes)
+    assert split is not None
+    (slow,) = split.slow_nodes
+    assert (slow.node, slow.ranks, slow.sends, slow.receives) == ("C", (2, 3), True, True)
+    assert slow.factor == pytest.approx(100)
+    assert split.intra_gbps == pytest.approx(2.0)  # C's own pair is not slow
+    (finding,) = split.bottlenecks
+    assert (finding.kind, finding.severity, finding.ranks) == ("slow_node", "high", (2, 3))
+    assert finding.description.startswith(
+        "C (ranks 2, 3) is slow to send to and receive from the other nodes: its best link "
+        "reaches 0.00501 GB/s, 100x below the 0.501 GB/s of the links between the other "
+        "nodes (best case of every round trip, 64KiB messages)")
+    assert "NIC" in finding.suggestion
+    assert "slow_node (ranks 2, 3): check that node's network" in \
+        recommendations(split.bottlenecks)[0]
+
+
+def test_three_nodes_name_a_node_slow_to_send_and_not_a_noisy_bystander() -> None:
+    # C's sends are rate-limited; the pair B -> A is slowed 20x by noise. A then receives
+    # slowly from both nodes, but once C is named its links are set aside, and A has no
+    # other node to be compared with.
+    nodes = ["A", "B", "C", "C"]
+    gbps = links(nodes, 2.0, 0.5, C_A=0.002, C_B=0.002)
+    split = analyzer.pairs_by_node(pair_matrix(nodes, gbps, noisy={(1, 0): 20.0}), nodes)
+    assert split is not None
+    assert [(s.node, s.sends, s.receives) for s in split.slow_nodes] == [("C", True, False)]
+    assert split.bottlenecks[0].description.startswith("C (ranks 2, 3) is slow to send to ")
+
+
+def test_three_nodes_point_at_a_slow_path_between_two_healthy_nodes() -> None:
+    nodes = ["A", "B", "C"]
+    gbps = links(nodes, 2.0, 0.5, A_B=0.01, B_A=0.01)
+    split = analyzer.pairs_by_node(pair_matrix(nodes, gbps), nodes)
+    assert split is not None and split.slow_nodes == ()
+    assert [(k.src, k.dst) for k in split.slow_links] == [("A", "B"), ("B", "A")]
+    assert all(b.kind == "slow_link" and b.ranks == (0, 1) for b in split.bottlenecks)
+    assert "suspect the path between them" in split.bottlenecks[0].description
+    assert split.intra_gbps is None and [m.name for m in split.metrics()] == [
+        "pairs.64KiB.inter_node_busbw_gbps"]
+
+
+def test_healthy_nodes_with_hiccups_have_no_findings() -> None:
+    nodes = ["A", "B", "C", "C"]
+    noisy = {(0, 1): 1.8, (2, 0): 1.5, (3, 1): 1.9}  # under 2x: not slow
+    split = analyzer.pairs_by_node(pair_matrix(nodes, links(nodes, 2.0, 0.5), noisy), nodes)
+    assert split is not None and split.bottlenecks == ()
+
+
+def test_the_node_of_every_rank_is_needed() -> None:
+    nodes = ["A", "B", "C"]
+    with pytest.raises(ValueError, match="the node of each of the 3 ranks is needed"):
+        topology.split_by_node(pair_matrix(nodes, links(nodes, 1.0, 1.0)), ["A", "B"])

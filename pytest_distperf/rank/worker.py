@@ -252,12 +252,18 @@ def _user_traceback(exc: BaseException) -> str:
 
 
 def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any]:
+    """This rank's facts: versions, threads, device, and the node it runs on (``node_rank``:
+    torchrun's ``GROUP_RANK``, else Slurm's ``SLURM_NODEID``, else -1; and ``hostname``)."""
     import platform
+    import socket
 
     import torch
 
+    node_rank = os.environ.get("GROUP_RANK") or os.environ.get("SLURM_NODEID") or ""
     info: dict[str, Any] = {
         "rank": rank,
+        "hostname": socket.gethostname(),
+        "node_rank": int(node_rank) if node_rank.isdigit() else -1,
         "pid": os.getpid(),
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),

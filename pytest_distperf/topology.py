@@ -1,0 +1,213 @@
+"""Which node each rank runs on, and the pair matrix of ``bench_pairs`` seen node by node.
+
+Ranks on one node talk through the node's own memory or loopback; ranks on different nodes
+talk through the network.  :func:`split_by_node` keeps the two apart: intra-node and
+inter-node figures, one :class:`NodeLink` per direction between two nodes, and the nodes
+whose links are slow (:class:`SlowNode`).  The findings' wording is in
+:mod:`pytest_distperf.findings`.  Pure: no torch, no pytest.
+
+What a pair matrix can and cannot tell apart: a pair's round trip crosses both of its
+nodes, so with two nodes every inter-node pair crosses both, and a slow network on either
+one slows the same pairs.  Only the direction can differ (a node slow to send slows the
+pairs it sends in; a delay slows both directions).  With three or more nodes the links
+between the other nodes are the reference, and the node common to the slow links is named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_distperf.quantiles import median, median_or_nan, quantile_or_nan
+from pytest_distperf.records import Bottleneck, Metric, PairMatrix, PairRow, gbps
+
+#: A rank's node rank where neither torchrun nor Slurm gave one: its host name names its node.
+UNKNOWN_NODE_RANK = -1
+#: A link's best-case bandwidth is this quantile of the per-iteration bandwidths of its rank
+#: pairs: noise only slows a round trip down, so the fast end shows what the link can do.
+FAST_QUANTILE = 0.75
+#: A node is named slow when the best of its links in one direction reaches less than this
+#: fraction of the typical link between the other nodes; a link is slow below this fraction
+#: of the typical link.
+SLOW_LINK_RATIO = 0.5
+
+
+def node_names(rank_info: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The node of each rank, as people read it: ``node 1 (gpu-17)`` from the node rank
+    (torchrun's ``GROUP_RANK``, else Slurm's ``SLURM_NODEID``) and the host name, or the
+    host name alone where no node rank was given.  Ranks share a node when they share a name.
+    """
+    names = []
+    for info in rank_info:
+        host = str(info.get("hostname", "") or "")
+        node_rank = int(info.get("node_rank", UNKNOWN_NODE_RANK))
+        if node_rank == UNKNOWN_NODE_RANK:
+            names.append(host or "this host")
+        else:
+            names.append(f"node {node_rank} ({host})" if host else f"node {node_rank}")
+    return tuple(names)
+
+
+def ranks_by_node(nodes: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Node -> its ranks, in the order the nodes first appear."""
+    out: dict[str, list[int]] = {}
+    for rank, node in enumerate(nodes):
+        out.setdefault(node, []).append(rank)
+    return {node: tuple(ranks) for node, ranks in out.items()}
+
+
+def spans_nodes(nodes: Sequence[str]) -> bool:
+    return len(set(nodes)) > 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeLink:
+    """The rank pairs that send from node ``src`` to node ``dst`` (within a node when
+    ``src == dst``): the median of their bandwidths and round trips, and the link's
+    best case (:data:`FAST_QUANTILE` of every iteration's bandwidth)."""
+
+    src: str
+    dst: str
+    pairs: int
+    busbw_gbps: float
+    time_us: float
+    fast_gbps: float
+
+    @property
+    def inter_node(self) -> bool:
+        return self.src != self.dst
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SlowNode:
+    """A node whose links to the other nodes (``sends``) or from them (``receives``) are
+    slow: ``best_gbps`` is the best case of its best link in that direction, against
+    ``typical_gbps``, the typical best case of the links between the other nodes."""
+
+    node: str
+    ranks: tuple[int, ...]
+    sends: bool
+    receives: bool
+    best_gbps: float
+    typical_gbps: float
+
+    @property
+    def factor(self) -> float:
+        """How many times slower than the links between the other nodes."""
+        return self.typical_gbps / self.best_gbps if self.best_gbps > 0 else float("inf")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeSplit:
+    """``bench_pairs`` seen by node: intra-node and inter-node figures (the median of the
+    pairs' bandwidths and round trips; ``None`` where no pair is of that kind), the links
+    between nodes, the slow nodes (worst first) and slow links that no slow node explains,
+    and the analyzer's findings."""
+
+    label: str
+    size_bytes: int
+    world_size: int
+    nodes: tuple[str, ...]  # the node of each rank
+    intra_gbps: float | None
+    inter_gbps: float | None
+    intra_time_us: float | None
+    inter_time_us: float | None
+    intra_samples: tuple[float, ...]  # per iteration, the median bandwidth of the pairs
+    inter_samples: tuple[float, ...]
+    links: tuple[NodeLink, ...]
+    slow_nodes: tuple[SlowNode, ...]
+    slow_links: tuple[NodeLink, ...]
+    typical_link_gbps: float  # the typical best case of the links no slow node explains
+    bottlenecks: tuple[Bottleneck, ...] = ()
+
+    def ranks_of(self, node: str) -> tuple[int, ...]:
+        return ranks_by_node(self.nodes).get(node, ())
+
+    def metrics(self) -> list[Metric]:
+        """``pairs.<size>.intra_node_busbw_gbps`` and ``pairs.<size>.inter_node_busbw_gbps``
+        (higher is better), each where there are pairs of that kind."""
+        out = []
+        for kind, value, samples in (("intra", self.intra_gbps, self.intra_samples),
+                                     ("inter", self.inter_gbps, self.inter_samples)):
+            if value is not None:
+                out.append(Metric(f"pairs.{self.label}.{kind}_node_busbw_gbps", value, "GB/s",
+                                  True, samples, world_size=self.world_size))
+        return out
+
+
+def split_by_node(matrix: PairMatrix, nodes: Sequence[str]) -> NodeSplit:
+    """The figures of :class:`NodeSplit` (without findings) for ``matrix``, whose rank r
+    runs on ``nodes[r]``."""
+    if len(nodes) < matrix.world_size:
+        raise ValueError(f"the node of each of the {matrix.world_size} ranks is needed, "
+                         f"got {len(nodes)}: {list(nodes)}")
+    nodes = tuple(nodes[:matrix.world_size])
+    intra = [p for p in matrix.pairs if nodes[p.src] == nodes[p.dst]]
+    inter = [p for p in matrix.pairs if nodes[p.src] != nodes[p.dst]]
+    by_link: dict[tuple[str, str], list[PairRow]] = {}
+    for p in matrix.pairs:
+        by_link.setdefault((nodes[p.src], nodes[p.dst]), []).append(p)
+    links = tuple(_link(src, dst, rows, matrix.size_bytes)
+                  for (src, dst), rows in by_link.items())
+    slow_nodes = _slow_nodes([link for link in links if link.inter_node], nodes)
+    named = {s.node for s in slow_nodes}
+    rest = [link for link in links
+            if link.inter_node and link.src not in named and link.dst not in named]
+    typical = median(link.fast_gbps for link in rest) or 0.0
+    slow_links = tuple(sorted((link for link in rest
+                               if link.fast_gbps < SLOW_LINK_RATIO * typical),
+                              key=lambda link: link.fast_gbps))
+    return NodeSplit(
+        matrix.label, matrix.size_bytes, matrix.world_size, nodes,
+        median(p.busbw_gbps for p in intra), median(p.busbw_gbps for p in inter),
+        median(p.time_us for p in intra), median(p.time_us for p in inter),
+        _per_iteration(intra, matrix.size_bytes), _per_iteration(inter, matrix.size_bytes),
+        links, slow_nodes, slow_links, typical)
+
+
+def _link(src: str, dst: str, rows: Sequence[PairRow], size_bytes: int) -> NodeLink:
+    every = [gbps(size_bytes, t) for p in rows for t in p.samples_us]
+    return NodeLink(src, dst, len(rows), median_or_nan(p.busbw_gbps for p in rows),
+                    median_or_nan(p.time_us for p in rows),
+                    quantile_or_nan(every, FAST_QUANTILE))
+
+
+def _per_iteration(rows: Sequence[PairRow], size_bytes: int) -> tuple[float, ...]:
+    if not rows:
+        return ()
+    count = min(len(p.samples_us) for p in rows)
+    return tuple(median_or_nan(gbps(size_bytes, p.samples_us[i]) for p in rows)
+                 for i in range(count))
+
+
+def _slow_nodes(links: Sequence[NodeLink], nodes: Sequence[str]) -> tuple[SlowNode, ...]:
+    """The nodes whose every link in one direction is slow against the links between the
+    other nodes, worst first.  Once a node is named its links are set aside, so a second
+    node is named only on links that do not involve the first.  Needs three nodes: with
+    two there are no links between other nodes to compare with."""
+    by_node = ranks_by_node(nodes)
+    named: list[SlowNode] = []
+    while True:
+        taken = {s.node for s in named}
+        live = [link for link in links if link.src not in taken and link.dst not in taken]
+        found: list[SlowNode] = []
+        for node in by_node:
+            if node in taken:
+                continue
+            others = [link.fast_gbps for link in live if node not in (link.src, link.dst)]
+            typical = median(others)
+            if typical is None or not typical > 0:
+                continue
+            slow = {}
+            for direction, own in (("sends", [k for k in live if k.src == node]),
+                                   ("receives", [k for k in live if k.dst == node])):
+                best = max((link.fast_gbps for link in own), default=None)
+                if best is not None and best < SLOW_LINK_RATIO * typical:
+                    slow[direction] = best
+            if slow:
+                found.append(SlowNode(node, by_node[node], "sends" in slow, "receives" in slow,
+                                      max(slow.values()), typical))
+        if not found:
+            return tuple(named)
+        named.append(max(found, key=lambda s: s.factor))
