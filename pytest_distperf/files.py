@@ -8,25 +8,44 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder, fsynced and renamed
-    into place; the file keeps its mode (a new one gets the umask's).  The temp file is removed
-    if anything fails."""
+def write_atomically(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through a temp file in the same
+    folder, fsynced and renamed into place; the file keeps its mode (a new one gets the
+    umask's, 0644 under the usual umask 022, as any file a program creates).  The temp file is
+    removed if anything fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
+        os.chmod(tmp, _mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` (created if missing) in one ``write`` of an ``O_APPEND``
+    descriptor: another process appending to the same file (a CI job summary) cannot land in
+    the middle of it."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        data = text.encode("utf-8")
+        written = os.write(fd, data)
+        while written < len(data):  # a short write: finish it (regular files rarely do this)
+            written += os.write(fd, data[written:])
+    finally:
+        os.close(fd)
+
+
+def _mode_for(path: Path) -> int:
+    """The mode of the file at ``path``, or what a new file gets under the current umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

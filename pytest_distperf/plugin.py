@@ -7,6 +7,7 @@ is imported only inside functions, once ``--distperf`` is given.  The session ob
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,20 @@ from pytest_distperf.config import (
     parse_timeout,
     parse_tolerance,
 )
+from pytest_distperf.outputs import Outputs
 from pytest_distperf.records import (
+    Environment,
     Measurement,
     Metric,
     Remeasure,
     TestRecord,
+    from_dict,
     record_from_dict,
     record_to_dict,
+    to_dict,
 )
 from pytest_distperf.session import (
+    LIMITS_KEY,
     RECORD_KEY,
     SESSION_KEY,
     DistperfSession,
@@ -62,6 +68,15 @@ HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per 
                         "from its baseline, absolute (default 0: any change); the marker's "
                         "exact_tolerance and the baseline file's thresholds table override it")
 
+HELP_MARKDOWN = ("write a Markdown summary (environment, regressions and improvements, what "
+                 "changed, artifacts) to PATH; it is also appended to $GITHUB_STEP_SUMMARY "
+                 "whenever that variable is set")
+HELP_PLOTS = ("write PNG plots of the results into folder DIR: bus bandwidth, scaling, "
+              "per-rank steps, regressions (needs matplotlib: pip install "
+              "'pytest-distperf[plot]')")
+HELP_EXPORT = ("write every figure for a history dashboard to PATH, as FORMAT bmf (Bencher "
+               "Metric Format) or gab (github-action-benchmark); may be given more than once")
+
 SKIP_REASON = ("distributed performance test: run with --distperf to enable it "
                "(and --gpus N to choose the world size)")
 FIXTURE_NAMES = ("nccl_group", "ddp_step_timer", "dist_profiler")
@@ -80,6 +95,13 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-tolerance", "distperf_tolerance", "str", HELP_TOLERANCE),
     ("--distperf-exact-tolerance", "distperf_exact_tolerance", "str", HELP_EXACT_TOLERANCE),
 )
+# the outputs besides --distperf-json: (flag, ini name, help); paths, resolved like --junitxml
+_OUTPUT_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("--distperf-markdown", "distperf_markdown", HELP_MARKDOWN),
+    ("--distperf-plots", "distperf_plots", HELP_PLOTS),
+)
+OUTPUTS_KEY = pytest.StashKey[Outputs]()
+ENVIRONMENTS_KEY = pytest.StashKey[dict[str, Environment]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,6 +114,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             group.addoption(flag, action="store", default=None, dest=dest,
                             metavar=flag.split("-")[-1].upper(), help=help_text)
         parser.addini(ini, help_text, type="string", default="")
+    for flag, ini, help_text in _OUTPUT_OPTIONS:
+        group.addoption(flag, action="store", default=None, dest=ini,
+                        metavar="DIR" if ini == "distperf_plots" else "PATH", help=help_text)
+        parser.addini(ini, help_text, type="string", default="")
+    group.addoption("--distperf-export", action="append", nargs=2, default=None,
+                    dest="distperf_export", metavar=("FORMAT", "PATH"), help=HELP_EXPORT)
+    parser.addini("distperf_export", HELP_EXPORT + "; in the ini file one 'FORMAT PATH' per "
+                  "line", type="linelist", default=[])
     for name, default in DEFAULT_THRESHOLDS.items():
         parser.addini(f"distperf_{name}",
                       f"project-wide {name} threshold (default {default:g}); the baseline "
@@ -142,13 +172,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         elif ini == "distperf_exact_tolerance":
             values[ini] = parse_fraction(value, flag, source)
         else:
-            path = Path(str(value)).expanduser()
-            # like --junitxml, an output file named on the command line is relative to where
-            # pytest was started; in the ini file, to the rootdir
-            base = (config.invocation_params.dir
-                    if ini == "distperf_json" and source.endswith("on the command line")
-                    else config.rootpath)
-            values[ini] = path if path.is_absolute() else Path(base, path)
+            values[ini] = _path(config, value, source, output=ini == "distperf_json")
     return DistperfConfig(
         enabled=values.get("distperf", False),
         gpus=values.get("distperf_gpus"),
@@ -163,6 +187,46 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
         exact_tolerance=values.get("distperf_exact_tolerance", DEFAULT_EXACT_TOLERANCE),
     )
+
+
+def _path(config: pytest.Config, value: object, source: str, *, output: bool) -> Path:
+    """A path option's value as an absolute path.  Like ``--junitxml``, an output file named
+    on the command line is relative to where pytest was started; anything else, and any path
+    in the ini file, to the rootdir."""
+    path = Path(str(value)).expanduser()
+    base = (config.invocation_params.dir
+            if output and source.endswith("on the command line") else config.rootpath)
+    return path if path.is_absolute() else Path(base, path)
+
+
+def build_outputs(config: pytest.Config, cfg: DistperfConfig) -> Outputs:
+    """The files to write at the end of the run; ConfigError naming the option and its
+    source for a bad value."""
+    from pytest_distperf.export import parse_format
+
+    paths: dict[str, Path] = {}
+    for flag, ini, _ in _OUTPUT_OPTIONS:
+        value, source = _value(config, flag, ini)
+        if value is not None:
+            paths[ini] = _path(config, value, source, output=True)
+    cli = config.getoption("distperf_export")
+    if cli:
+        entries = [(fmt, path, "--distperf-export on the command line") for fmt, path in cli]
+    else:
+        source = f"distperf_export in {config.inipath or 'the ini file'}"
+        entries = []
+        for line in config.getini("distperf_export"):
+            parts = str(line).split(None, 1)
+            if len(parts) != 2:
+                raise ConfigError(f"--distperf-export: expected 'FORMAT PATH', got {line!r} "
+                                  f"(from {source})")
+            entries.append((parts[0], parts[1], source))
+    exports = tuple((parse_format(fmt, source), _path(config, path, source, output=True))
+                    for fmt, path, source in entries)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
+    return Outputs(json_path=cfg.json_path, markdown_path=paths.get("distperf_markdown"),
+                   plots_dir=paths.get("distperf_plots"), exports=exports,
+                   step_summary=Path(summary) if summary else None, trace_dir=cfg.trace_dir)
 
 
 def get_session(config: pytest.Config) -> DistperfSession:
@@ -180,8 +244,18 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         cfg = build_config(config)
         thresholds = ini_thresholds(config)
+        outputs = build_outputs(config, cfg)
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if cfg.enabled and outputs.plots_dir is not None:
+        from pytest_distperf.plots import PlotError, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except PlotError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    config.stash[OUTPUTS_KEY] = outputs
+    config.stash[ENVIRONMENTS_KEY] = {}
     session = DistperfSession(cfg, config, thresholds)
     config.stash[SESSION_KEY] = session
     if cfg.enabled:
@@ -233,6 +307,10 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         from pytest_distperf.report import junit_properties
 
         item.user_properties.extend(junit_properties(record))
+        limits = item.stash.get(LIMITS_KEY, None)
+        if limits is not None:
+            env = limits.environment
+            item.config.stash[ENVIRONMENTS_KEY].setdefault(env.key(), env)
         if failure:
             pytest.fail(failure, pytrace=False)
     return result
@@ -240,32 +318,31 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
-    if session is None or not session.cfg.enabled or not session.is_reporter:
+    if (session is None or not session.cfg.enabled or not session.is_reporter
+            or session.is_xdist_worker):
         return
     from pytest_distperf import report
+    from pytest_distperf.outputs import write_outputs
 
     records = session.records + _records_from_xdist_workers(config)
+    quiet = config.get_verbosity() < 0
     if records:
-        tables = report.collective_lines(records)
+        tables = [] if quiet else report.collective_lines(records)
         if tables:
             terminalreporter.write_sep("=", "distperf collectives (nccl-tests style)")
-            for line in tables:
-                terminalreporter.write_line(line)
+            for text in tables:
+                terminalreporter.write_line(text)
         terminalreporter.write_sep("=", "distperf summary")
-        for line in report.summary_lines(records):
-            terminalreporter.write_line(line)
-        for line in report.verdict_summary_lines(records):
-            terminalreporter.write_line(line)
-    if session.cfg.json_path is not None:  # asked for: written even when nothing was measured
-        try:
-            report.write_json(session.cfg.json_path, records, header=session.header())
-        except OSError as exc:
-            terminalreporter.write_line(
-                f"distperf: cannot write the JSON report to {session.cfg.json_path}: {exc}",
-                red=True)
-        else:
-            terminalreporter.write_line(
-                f"distperf: JSON report written to {session.cfg.json_path}")
+        for line in report.summary(records, quiet=quiet):
+            terminalreporter.write_line(line.text, **line.markup)
+    environments: dict[str, Environment] = {}
+    for key in (ENVIRONMENTS_KEY, _XDIST_ENVIRONMENTS):
+        found: dict[str, Environment] = config.stash.get(key, {})
+        environments.update(found)
+    for message in write_outputs(config.stash[OUTPUTS_KEY], records, header=session.header(),
+                                 environments=list(environments.values()),
+                                 start_dir=config.invocation_params.dir):
+        terminalreporter.write_line(message.text, red=message.error)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -273,8 +350,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # wrapper), before pytest_unconfigure: the records must be there by now.
     dp = session.config.stash.get(SESSION_KEY, None)
     if dp is not None and dp.is_xdist_worker:
-        session.config.workeroutput["distperf_records"] = [  # type: ignore[attr-defined]
-            record_to_dict(r) for r in dp.records]
+        output = session.config.workeroutput  # type: ignore[attr-defined]
+        output["distperf_records"] = [record_to_dict(r) for r in dp.records]
+        output["distperf_environments"] = [
+            to_dict(e) for e in session.config.stash.get(ENVIRONMENTS_KEY, {}).values()]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -286,6 +365,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # -- pytest-xdist: workers send their records to the controller for the summary ------------
 _XDIST_RECORDS = pytest.StashKey[list[TestRecord]]()
+_XDIST_ENVIRONMENTS = pytest.StashKey[dict[str, Environment]]()
 
 
 def _records_from_xdist_workers(config: pytest.Config) -> list[TestRecord]:
@@ -298,6 +378,10 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     records = [record_from_dict(r) for r in output.get("distperf_records", [])]
     config = node.config
     config.stash[_XDIST_RECORDS] = config.stash.get(_XDIST_RECORDS, []) + records
+    environments = config.stash.setdefault(_XDIST_ENVIRONMENTS, {})
+    for data in output.get("distperf_environments", []):
+        env = from_dict(Environment, data)
+        environments.setdefault(env.key(), env)
 
 
 # -- fixtures -------------------------------------------------------------------------------

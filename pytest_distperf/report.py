@@ -1,13 +1,13 @@
-"""The session's report: terminal summary lines and the JSON file.  No torch, no pytest."""
+"""The session's report in the terminal: the summary grouped by test, nccl-tests-style tables,
+verdict tables, and the figures as JUnit properties.  No torch, no pytest."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from pytest_distperf.config import format_bytes
-from pytest_distperf.files import write_atomically
 from pytest_distperf.records import (
     SLOW_PAIR_RATIO,
     VERDICT_ORDER,
@@ -15,31 +15,92 @@ from pytest_distperf.records import (
     PairMatrix,
     TestRecord,
     Verdict,
-    record_to_dict,
 )
 
-JSON_SCHEMA_VERSION = 1
+
+class Line(NamedTuple):
+    """One line of the terminal summary and how to colour it where the terminal can (pytest's
+    markup names: ``red``, ``yellow``, ``green``; "" for none)."""
+
+    text: str
+    colour: str = ""
+    bold: bool = False
+
+    @property
+    def markup(self) -> dict[str, bool]:
+        """Keywords for pytest's ``write_line``: nothing for a plain line."""
+        out = {self.colour: True} if self.colour else {}
+        if self.bold:
+            out["bold"] = True
+        return out
 
 
-def summary_lines(records: Sequence[TestRecord]) -> list[str]:
-    """One block per test that recorded metrics: its figures, then any breach."""
-    lines: list[str] = []
-    for record in records:
-        if not record.metrics and not record.breaches:
-            continue
-        status = "BREACH" if record.breaches else "ok"
-        if any(v.verdict == "regressed" for v in record.verdicts):
-            status = "REGRESSED" if status == "ok" else f"{status}, REGRESSED"
-        lines.append(f"{record.nodeid} [{record.world_size} ranks] {status}")
-        for metric in record.metrics:
-            if metric.unit == "B" or metric.unit.startswith("B/"):
-                lines.append(f"    {metric.name:<40} {format_value(metric.value, metric.unit):>14}")
-                continue
-            unit = f" {metric.unit}" if metric.unit and metric.unit != "fraction" else ""
-            lines.append(f"    {metric.name:<40} {metric.value:>14.6g}{unit}")
-        lines.extend(finding_lines(record))
-        lines.extend(f"  ! {b}" for b in record.breaches)
+#: The colour of a verdict (and of a test whose worst verdict it is) in the terminal.
+VERDICT_COLOURS = {"regressed": "red", "inconclusive": "yellow", "improved": "green"}
+
+
+def _verdict_rank(verdict: str) -> int:
+    return VERDICT_ORDER.index(verdict) if verdict in VERDICT_ORDER else len(VERDICT_ORDER)
+
+
+def _test_status(record: TestRecord) -> tuple[int, str, str]:
+    """(sort rank, status word, colour) of a test: regressions first, then breaches, then
+    inconclusive verdicts, then the rest."""
+    regressed = any(v.verdict == "regressed" for v in record.verdicts)
+    if record.breaches:
+        return (0 if regressed else 1, "BREACH, REGRESSED" if regressed else "BREACH", "red")
+    if regressed:
+        return 0, "REGRESSED", "red"
+    if any(v.verdict == "inconclusive" for v in record.verdicts):
+        return 2, "INCONCLUSIVE", "yellow"
+    return 3, "ok", ""
+
+
+def summary(records: Sequence[TestRecord], *, quiet: bool = False) -> list[Line]:
+    """The session's summary: one block per test that recorded metrics (tests with
+    regressions first, then breaches), then the verdict counts and the verdicts worth a look.
+    ``quiet`` (pytest's ``-q``) keeps the counts, the regressions and the breaches."""
+    lines: list[Line] = []
+    if not quiet:
+        shown = [r for r in records if r.metrics or r.breaches or r.verdicts]
+        for record in sorted(shown, key=lambda r: _test_status(r)[0]):
+            lines.extend(test_block(record))
+    return lines + verdict_summary(records, quiet=quiet)
+
+
+def test_block(record: TestRecord) -> list[Line]:
+    """A test's figures: metric, value, then baseline, change and verdict where it was
+    compared (worst verdict first); the analyzer's findings; the breaches."""
+    _, status, colour = _test_status(record)
+    lines = [Line(f"{record.nodeid} [{record.world_size} ranks] {status}", colour, bold=True)]
+    verdicts = {v.metric: v for v in record.verdicts}
+    rows: list[tuple[str, str, Verdict | None]] = [
+        (m.name, format_value(m.value, m.unit), verdicts.get(m.name)) for m in record.metrics]
+    measured = {m.name for m in record.metrics}
+    rows += [(v.metric, "-", v) for v in record.verdicts if v.metric not in measured]
+    rows.sort(key=lambda row: _verdict_rank(row[2].verdict) if row[2] else len(VERDICT_ORDER))
+    cells = [(name, value, *_compared(v)) for name, value, v in rows]
+    if any(c[4] for c in cells):
+        cells.insert(0, ("metric", "value", "baseline", "change", "verdict"))
+    widths = [max((len(c[i]) for c in cells), default=0) for i in range(4)]
+    for c in cells:
+        verdict = c[4]
+        text = f"    {c[0]:<{widths[0]}}  {c[1]:>{widths[1]}}"
+        if verdict:
+            text += f"  {c[2]:>{widths[2]}}  {c[3]:>{widths[3]}}  {verdict}"
+        lines.append(Line(text.rstrip(), VERDICT_COLOURS.get(verdict, "")))
+    lines.extend(Line(text) for text in finding_lines(record))
+    lines.extend(Line(f"  ! {b}", "red") for b in record.breaches)
     return lines
+
+
+def _compared(v: Verdict | None) -> tuple[str, str, str]:
+    """(baseline, change, verdict) cells of a row: empty where there is nothing to compare
+    (no verdict, or no baseline: the verdict lines below say so once per test)."""
+    if v is None or v.verdict == "no baseline":
+        return "", "", ""
+    baseline = format_value(v.baseline, v.unit) if v.baseline is not None else "-"
+    return baseline, format_change(v) if v.baseline is not None else "-", v.verdict
 
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
@@ -50,7 +111,7 @@ def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
     for v in record.verdicts:
         text = v.verdict
         if v.change is not None:
-            text += f" ({_change(v)})"
+            text += f" ({format_change(v)})"
         out.append((f"distperf.{v.metric}.verdict", text))
     return out
 
@@ -63,20 +124,6 @@ def finding_lines(record: TestRecord) -> list[str]:
             where = f", ranks {', '.join(map(str, b.ranks))}" if b.ranks else ""
             lines.append(f"    finding: {b.kind} ({b.severity}{where}): {b.description}")
     return lines
-
-
-def write_json(path: Path, records: Sequence[TestRecord], *, header: str) -> None:
-    """Write the report atomically (a temp file renamed into place)."""
-    data: dict[str, object] = {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "header": header,
-        "tests": [record_to_dict(r) for r in records],
-    }
-    if not records:
-        data["note"] = ("no test recorded a distperf metric in this run (none was selected, "
-                        "or none used a distperf fixture)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 # -- collective benchmarks: nccl-tests-style tables and the pair matrix ---------------------
@@ -199,7 +246,8 @@ def format_value(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}".rstrip()
 
 
-def _change(v: Verdict) -> str:
+def format_change(v: Verdict) -> str:
+    """A verdict's change for people: ``+12.0%``, with points for a fraction."""
     if v.change is None:
         if v.unit == "fraction" and v.baseline is not None and v.current is not None:
             return f"{(v.current - v.baseline) * 100:+.1f} pt"
@@ -230,7 +278,7 @@ def verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
     for v in verdicts:
         confidence = "-" if v.confidence is None else f"{v.confidence:.2%}"
         rows.append((v.metric, format_value(v.baseline, v.unit),
-                     format_value(v.current, v.unit), _change(v), confidence, v.verdict))
+                     format_value(v.current, v.unit), format_change(v), confidence, v.verdict))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     lines = ["  " + "  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w)
                               for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
@@ -254,42 +302,57 @@ def verdict_report(verdicts: Sequence[Verdict], nodeid: str, path: Path) -> list
     return [f"distperf verdicts for {nodeid} (baselines: {path}):", *verdict_table(ordered)]
 
 
-def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
-    """Counts of the verdicts, then one line per verdict worth a look, regressions first."""
+def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False) -> list[Line]:
+    """Counts of the verdicts, then one line per verdict worth a look, regressions first;
+    ``quiet``: the counts, the regressions and the threshold breaches only."""
     verdicts = [(r.nodeid, v) for r in records for v in r.verdicts]
+    breaches = [Line(f"  {'BREACH':<14} {r.nodeid}  {b}", "red") for r in records
+                for b in r.breaches]
     if not verdicts:
-        return []
+        return breaches if quiet else []
     counts = {k: sum(1 for _, v in verdicts if v.verdict == k) for k in VERDICT_ORDER}
-    lines = ["distperf verdicts (per metric): " + ", ".join(
-        f"{n} {k}" for k, n in counts.items() if n)]
+    colour = next((VERDICT_COLOURS[k] for k in VERDICT_ORDER
+                   if counts[k] and k in VERDICT_COLOURS), "")
+    lines = [Line("distperf verdicts (per metric): " + ", ".join(
+        f"{n} {k}" for k, n in counts.items() if n), colour, bold=True)]
     for kind in VERDICT_ORDER:
-        if kind in ("unchanged", "informational"):
+        if kind in ("unchanged", "informational") or (quiet and kind != "regressed"):
             continue
         if kind == "no baseline":  # one line per test: they all say the same
-            lines.extend(_no_baseline_lines(verdicts))
+            lines.extend(Line(text) for text in _no_baseline_lines(verdicts))
             continue
         for nodeid, v in verdicts:
-            if v.verdict != kind:
-                continue
-            head = f"  {kind.upper():<14} {nodeid}  {v.metric}"
-            if kind == "saved":
-                lines.append(f"{head}  {format_value(v.current, v.unit)}"
-                             + (f"  (was {format_value(v.baseline, v.unit)}, {_change(v)})"
-                                if v.baseline is not None else "")
-                             + (f"  [{v.detail}]" if "noisy" in v.detail else ""))
-            elif kind in ("no baseline", "not comparable"):
-                lines.append(f"{head}  [{v.environment}] {v.detail}")
-            else:
-                figures = (f"{format_value(v.baseline, v.unit)} -> "
-                           f"{format_value(v.current, v.unit)} ({_change(v)}"
-                           + (f", confidence {v.confidence:.2%}" if v.confidence is not None
-                              else "") + ")")
-                extra = v.detail or ""
-                if kind == "inconclusive" and _noise(v):
-                    extra = f"{extra}; {_noise(v)}" if extra else _noise(v)
-                lines.append(f"{head}  {figures}" + (f"  [{extra}]" if extra else ""))
-                if v.explanation:
-                    lines.append(f"      what changed with it: {v.explanation}")
+            if v.verdict == kind:
+                lines.extend(_attention(nodeid, v))
+    return lines + breaches if quiet else lines
+
+
+def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
+    """:func:`verdict_summary` as plain text."""
+    return [line.text for line in verdict_summary(records)]
+
+
+def _attention(nodeid: str, v: Verdict) -> list[Line]:
+    """``  REGRESSED  <test>  <metric>  <figures>  [details]`` and what changed with it."""
+    kind = v.verdict
+    head = f"  {kind.upper():<14} {nodeid}  {v.metric}"
+    colour = VERDICT_COLOURS.get(kind, "")
+    if kind == "saved":
+        return [Line(f"{head}  {format_value(v.current, v.unit)}"
+                     + (f"  (was {format_value(v.baseline, v.unit)}, {format_change(v)})"
+                        if v.baseline is not None else "")
+                     + (f"  [{v.detail}]" if "noisy" in v.detail else ""))]
+    if kind in ("no baseline", "not comparable"):
+        return [Line(f"{head}  [{v.environment}] {v.detail}")]
+    figures = (f"{format_value(v.baseline, v.unit)} -> {format_value(v.current, v.unit)} "
+               f"({format_change(v)}" + (f", confidence {v.confidence:.2%}"
+                                   if v.confidence is not None else "") + ")")
+    extra = v.detail or ""
+    if kind == "inconclusive" and _noise(v):
+        extra = f"{extra}; {_noise(v)}" if extra else _noise(v)
+    lines = [Line(f"{head}  {figures}" + (f"  [{extra}]" if extra else ""), colour)]
+    if v.explanation:
+        lines.append(Line(f"      what changed with it: {v.explanation}"))
     return lines
 
 

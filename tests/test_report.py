@@ -1,13 +1,19 @@
-"""The session summary's wording (report.py), and when and where the JSON report is written."""
+"""The session summary's wording (report.py), when and where the JSON report is written, the
+Markdown summary (a snapshot), and the pure parts of plots and exports.  The outputs of a real
+run are tested in test_outputs.py."""
 
 from __future__ import annotations
 
 import json
+import math
+import sys
+from pathlib import Path
 
 import pytest
 
-from pytest_distperf import report
-from pytest_distperf.records import TestRecord, Verdict
+from pytest_distperf import export, jsonreport, markdown, plots, report
+from pytest_distperf.config import ConfigError
+from pytest_distperf.records import Environment, Measurement, Metric, TestRecord, Verdict
 
 
 def test_no_baseline_is_one_line_per_test() -> None:
@@ -43,3 +49,128 @@ def test_the_json_report_is_written_when_asked_even_with_nothing_measured(
     assert data["tests"] == [] and "no test recorded a distperf metric" in data["note"]
     assert not (pytester.path / "out.json").exists()
     result.stdout.fnmatch_lines([f"distperf: JSON report written to {sub / 'out.json'}"])
+
+
+def test_the_json_report_of_a_run_with_nothing_measured_validates(tmp_path: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    path = tmp_path / "deep" / "r.json"
+    jsonreport.write_json(path, [], header="distperf: 2 ranks")
+    data = json.loads(path.read_text())
+    jsonschema.validate(data, jsonreport.load_schema(), cls=jsonschema.Draft202012Validator)
+    assert data["tests"] == [] and data["note"] == jsonreport.NOTHING_MEASURED
+
+
+def test_a_figure_that_is_not_a_number_is_null_in_the_json(tmp_path: Path) -> None:
+    record = TestRecord("t.py::test_a", 2, [Measurement("m", (Metric("x.time_s", math.nan, "s"),))])
+    path = tmp_path / "r.json"
+    jsonreport.write_json(path, [record], header="h")
+    assert json.loads(path.read_text())["tests"][0]["metrics"][0]["value"] is None
+
+
+CPU = Environment("gloo", "cpu", "AMD EPYC 7B13", 0, 2, "2.13.0+cpu", "", 2, 1)
+SNAPSHOT_RECORDS = [
+    TestRecord("tests/test_a.py::test_step", 2, [Measurement("ddp", (
+        Metric("step_time_s", 0.0123, "s"), Metric("comm.all_reduce.calls", 4.0, "calls/step",
+                                                   kind="exact")))],
+        breaches=["imbalance = 0.250 exceeds max_imbalance = 0.100 (ranks involved: 1)\n"
+                  "    suggestion: rebalance the per-rank batch"],
+        verdicts=[Verdict("step_time_s", "unchanged", "gloo-cpu-w2", "s", False, 0.0121, 0.0123,
+                          0.0165, 0.6),
+                  Verdict("comm.all_reduce.calls", "regressed", "gloo-cpu-w2", "calls/step",
+                          False, 2.0, 4.0, 1.0, None, detail="exact: 2 -> 4",
+                          explanation="smaller gradient buckets (bucket_cap_mb)?")]),
+    TestRecord("tests/test_b.py::test_bw", 2, [Measurement("bench", (
+        Metric("all_reduce.16MiB.busbw_gbps", 2.5, "GB/s", True),))],
+        verdicts=[Verdict("all_reduce.16MiB.busbw_gbps", "improved", "gloo-cpu-w2", "GB/s", True,
+                          2.0, 2.5, 0.25, 0.999, detail="confirmed by 3 measurements")]),
+]
+SNAPSHOT = """\
+## distperf: 1 regressed, 1 threshold breach(es)
+
+- 2 ranks, gloo on cpu (AMD EPYC 7B13, 2 cores, 1 thread(s) per rank), torch 2.13.0+cpu; \
+baselines key `gloo-cpu-w2-c2t1-torch2.13.0`
+
+2 test(s), 3 figure(s): 1 regressed, 1 improved, 1 unchanged.
+
+| | test | metric | baseline | current | change | confidence |
+| --- | --- | --- | --- | --- | --- | --- |
+| **regressed** | `tests/test_a.py::test_step` | `comm.all_reduce.calls` | 2 calls/step | \
+4 calls/step | +100.0% | - |
+| improved | `tests/test_b.py::test_bw` | `all_reduce.16MiB.busbw_gbps` | 2 GB/s | 2.5 GB/s | \
++25.0% | 99.90% |
+
+What changed with them:
+
+- `comm.all_reduce.calls` in `tests/test_a.py::test_step`: exact: 2 -> 4; with it: smaller \
+gradient buckets (bucket_cap_mb)?
+- `all_reduce.16MiB.busbw_gbps` in `tests/test_b.py::test_bw`: confirmed by 3 measurements
+
+Threshold breaches:
+
+- `tests/test_a.py::test_step`: imbalance = 0.250 exceeds max\\_imbalance = 0.100 (ranks \
+involved: 1) suggestion: rebalance the per-rank batch
+
+<details><summary>Every figure</summary>
+
+| test | metric | value | verdict |
+| --- | --- | --- | --- |
+| `tests/test_a.py::test_step` | `step_time_s` | 12.3 ms | unchanged |
+| `tests/test_a.py::test_step` | `comm.all_reduce.calls` | 4 calls/step | regressed |
+| `tests/test_b.py::test_bw` | `all_reduce.16MiB.busbw_gbps` | 2.5 GB/s | improved |
+
+</details>
+
+Artifacts: JSON report `out/report.json`; plots `out/plots`; \
+[this run's artifacts](https://github.com/o/r/actions/runs/7#artifacts)
+"""
+
+
+def test_the_markdown_summary_snapshot() -> None:
+    url = markdown.run_url({"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r",
+                            "GITHUB_RUN_ID": "7"})
+    text = markdown.markdown_summary(
+        SNAPSHOT_RECORDS, header="distperf: 2 ranks", environments=[CPU],
+        artifacts=[("JSON report", "out/report.json"), ("plots", "out/plots")], url=url)
+    assert text == SNAPSHOT
+    assert markdown.run_url({}) == ""
+    empty = markdown.markdown_summary([], header="distperf: 2 ranks, backend gloo")
+    assert empty == ("## distperf: no regression\n\n- 2 ranks, backend gloo\n\n"
+                     "No test recorded a distperf metric in this run.\n")
+
+
+def test_the_terminal_summary_puts_regressions_first_and_colours_them() -> None:
+    lines = report.summary(SNAPSHOT_RECORDS)
+    heads = [line for line in lines if " ranks] " in line.text]
+    assert [h.text for h in heads] == ["tests/test_a.py::test_step [2 ranks] BREACH, REGRESSED",
+                                       "tests/test_b.py::test_bw [2 ranks] ok"]
+    assert heads[0].markup == {"red": True, "bold": True}
+    rows = [line for line in lines if line.text.startswith("    ") and "calls" in line.text]
+    assert rows[0].text.split() == ["comm.all_reduce.calls", "4", "calls/step", "2",
+                                    "calls/step", "+100.0%", "regressed"]
+    assert rows[0].colour == "red"
+    improved = next(line for line in lines if line.text.startswith("  IMPROVED"))
+    assert improved.colour == "green"
+    assert report.Line("plain").markup == {}
+
+
+def test_plots_without_matplotlib_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(plots.PlotError, match=r"pip install 'pytest-distperf\[plot\]'"):
+        plots.require_matplotlib()
+
+
+def test_the_link_peak_is_known_only_for_nccl_on_sxm_parts() -> None:
+    def env(model: str, backend: str = "nccl") -> Environment:
+        return Environment(backend, "cuda" if backend == "nccl" else "cpu", model, 8, 8,
+                           "2.13.0", "2.21.5")
+    assert plots.link_peak(env("NVIDIA H100 80GB HBM3")) == (450.0, "NVLink 4")
+    assert plots.link_peak(env("NVIDIA A100-SXM4-80GB")) == (300.0, "NVLink 3")
+    assert plots.link_peak(env("NVIDIA H100 PCIe")) is None
+    assert plots.link_peak(env("AMD EPYC", "gloo")) is None
+
+
+def test_exports_refuse_an_unknown_format() -> None:
+    with pytest.raises(ConfigError, match=r"unknown format 'xml' \(from the ini\); choose bmf"):
+        export.parse_format("xml", "the ini")
+    assert export.parse_format(" GAB ", "x") == "gab"
+    assert export.bigger_path(Path("a/gab.json")) == Path("a/gab.bigger.json")

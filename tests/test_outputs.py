@@ -1,0 +1,273 @@
+"""The run's outputs end to end (issue 12): the grouped terminal summary, the JSON report
+against its published schema, the Markdown summary and the CI job summary, the history
+exports, the plots and the merged traces; all from one real run on 2 gloo ranks.
+
+The run (module-scoped, reused by every test here): a bandwidth sweep, a DDP step with a
+straggler, a weak-scaling sweep and a profiled call whose all_reduce count is the only figure
+compared with a baseline.  That baseline is saved first with one all_reduce per call; the run
+makes three, an exact regression (1 -> 3 calls) that no noise can hide or fake.  Every other
+figure has no baseline and limits too wide to breach, so the outcome is always the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_distperf import jsonreport, report
+from pytest_distperf.records import record_to_dict
+
+PERF = textwrap.dedent("""
+    import pytest
+    import torch
+    from torch import nn
+
+    pytestmark = pytest.mark.distperf(max_comm_overhead=1.0, max_imbalance=1e6,
+                                      min_scaling_efficiency=0.0)
+
+    def make_model():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64))
+
+    def uneven(rank):  # rank 1 has four times the work: a straggler
+        return torch.randn(256 * (4 if rank == 1 else 1), 64)
+
+    def test_bench(nccl_group):
+        nccl_group.bench("all_reduce", ["4KiB", "64KiB", "1MiB"], warmup=1, iters=5)
+
+    @pytest.mark.distperf(max_imbalance=0.1)  # 4x the work on rank 1: a breach, always
+    def test_step(ddp_step_timer):
+        ddp_step_timer(make_model, uneven, steps=6, warmup=1)
+
+    def test_scaling(ddp_step_timer):
+        ddp_step_timer.scaling(make_model, lambda rank: torch.randn(64, 64),
+                               world_sizes=(1, 2), steps=6, warmup=1)
+""")
+
+COUNTS = textwrap.dedent("""
+    import os
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    @pytest.mark.distperf(max_comm_overhead=1.0, max_imbalance=1e6)
+    def test_counts(dist_profiler):
+        calls = int(os.environ["DISTPERF_TEST_CALLS"])
+
+        def work():
+            t = torch.ones(256)
+            for _ in range(calls):
+                dist.all_reduce(t)
+
+        dist_profiler.warmup = 0
+        dist_profiler(work)
+""")
+
+BASE = ("-p", "no:cacheprovider", "--distperf", "--gpus", "2")
+REGRESSED = "profile.comm.all_reduce.calls"
+
+
+@dataclass
+class Run:
+    path: Path
+    text: str  # the terminal output
+    out: Path  # where the outputs went
+
+
+def _pytest(folder: Path, *args: str, **env: str) -> str:
+    """Run pytest in ``folder`` (as pytester's runpytest_subprocess does, with variables
+    added to the environment); its output."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=folder, check=False,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **env})
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    folder = tmp_path_factory.mktemp("outputs")
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    (folder / "test_perf.py").write_text(PERF)
+    (folder / "test_counts.py").write_text(COUNTS)
+    saved = _pytest(folder, *BASE, "--distperf-save", "test_counts.py",
+                    DISTPERF_TEST_CALLS="1")
+    assert "1 passed" in saved, saved
+    out = folder / "out"
+    summary = out / "step_summary.md"
+    out.mkdir()
+    summary.write_text("earlier step\n")
+    text = _pytest(
+        folder, *BASE, "-rA", "--color=yes", "--distperf-json", str(out / "report.json"),
+        "--distperf-markdown", str(out / "summary.md"), "--distperf-plots", str(out / "plots"),
+        "--distperf-export", "bmf", str(out / "bmf.json"),
+        "--distperf-export", "gab", str(out / "gab.json"),
+        "--distperf-trace", str(out / "traces"), "--junitxml", str(out / "junit.xml"),
+        DISTPERF_TEST_CALLS="3", GITHUB_STEP_SUMMARY=str(summary),
+        GITHUB_SERVER_URL="https://github.com", GITHUB_REPOSITORY="o/r", GITHUB_RUN_ID="42")
+    assert re.search(r"2 failed, 2 passed", _plain(text)), text
+    return Run(folder, text, out)
+
+
+def _plain(text: str) -> str:
+    """Terminal output without its colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _report(run: Run) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run.out / "report.json").read_text())
+    return data
+
+
+# -- 2: the JSON report and its schema -----------------------------------------------------------
+def test_the_json_report_validates_against_its_schema_and_round_trips(run: Run) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    data = _report(run)
+    jsonschema.Draft202012Validator.check_schema(jsonreport.load_schema())
+    jsonschema.validate(data, jsonreport.load_schema(),
+                        cls=jsonschema.Draft202012Validator)
+    assert data["schema_version"] == jsonreport.SCHEMA_VERSION
+    kinds = {r["kind"] for t in data["tests"] for r in t["results"]}
+    assert kinds == {"CollectiveResult", "StepTiming", "ScalingResult", "ProfileReport"}
+    (env,) = data["environments"]
+    step = next(t for t in data["tests"] if t["nodeid"].endswith("test_step"))
+    assert step["results"][0]["result"]["stragglers"] == [1]
+    assert env["backend"] == "gloo" and env["world_size"] == 2
+    counts = next(t for t in data["tests"] if t["nodeid"].endswith("test_counts"))
+    verdict = next(v for v in counts["verdicts"] if v["metric"] == REGRESSED)
+    assert (verdict["verdict"], verdict["baseline"], verdict["current"]) == ("regressed", 1, 3)
+    assert verdict["environment"].startswith(env["key"])
+    # read back typed, and written again: the same data
+    document, records = jsonreport.read_json(run.out / "report.json")
+    assert [record_to_dict(r) for r in records] == data["tests"] == document["tests"]
+
+
+def test_a_bad_report_is_refused_with_the_file_named(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    for text, words in (("{", "cannot read it as JSON"), ("[]", "no schema_version"),
+                        ('{"schema_version": 99, "tests": []}', "schema_version 99")):
+        path.write_text(text)
+        with pytest.raises(jsonreport.ReportError, match=words) as info:
+            jsonreport.read_json(path)
+        assert str(path) in str(info.value)
+
+
+# -- 1: the terminal summary ----------------------------------------------------------------------
+def test_the_summary_is_grouped_by_test_with_regressions_first_in_colour(run: Run) -> None:
+    coloured = run.text.split("distperf summary", 1)[1].splitlines()
+    lines = [_plain(line) for line in coloured]
+    heads = [i for i, line in enumerate(lines) if " ranks] " in line]
+    # the regressed test comes first, in red, its regressed metric first with its figures
+    assert lines[heads[0]] == "test_counts.py::test_counts [2 ranks] REGRESSED"
+    assert "\x1b[31m" in coloured[heads[0]]
+    table = lines[heads[0] + 1:heads[1]]
+    assert table[0].split() == ["metric", "value", "baseline", "change", "verdict"]
+    assert table[1].split() == [REGRESSED, "3", "calls", "1", "calls", "+200.0%", "regressed"]
+    assert "\x1b[31m" in coloured[heads[0] + 2]
+    # then the breach; tests without a baseline list their figures alone
+    assert lines[heads[1]] == "test_perf.py::test_step [2 ranks] BREACH"
+    assert lines[heads[1] + 1].split()[0] == "step_time_s"
+    assert lines[heads[1] + 1].endswith(" ms")
+    assert any(line.startswith("  ! imbalance = ") for line in lines[heads[1]:heads[2]])
+    # the counts line and the regression, with what changed with it
+    counts = next(line for line in lines if "distperf verdicts (per metric):" in line)
+    assert "regressed" in counts and "no baseline" in counts
+    assert any("REGRESSED" in line and REGRESSED in line for line in lines)
+
+
+def test_quiet_keeps_the_regressions_and_the_counts(run: Run) -> None:
+    _, records = jsonreport.read_json(run.out / "report.json")
+    quiet = [line.text for line in report.summary(records, quiet=True)]
+    loud = [line.text for line in report.summary(records)]
+    assert quiet[0].startswith("distperf verdicts (per metric): ")
+    assert [line.split()[:3] for line in quiet[1:] if not line.startswith("      ")] == [
+        ["REGRESSED", "test_counts.py::test_counts", REGRESSED],
+        ["REGRESSED", "test_counts.py::test_counts", "profile.comm.all_reduce.bytes"],
+        ["BREACH", "test_perf.py::test_step", "imbalance"]]
+    assert len(loud) > len(quiet) and quiet[0] in loud
+
+
+# -- 3: Markdown and the job summary -------------------------------------------------------------
+def test_the_markdown_summary_and_the_job_summary(run: Run) -> None:
+    text = (run.out / "summary.md").read_text()
+    assert text.startswith("## distperf: 2 regressed, 1 threshold breach(es)\n")
+    assert ("| **regressed** | `test_counts.py::test_counts` | `profile.comm.all_reduce.calls`"
+            " | 1 calls | 3 calls | +200.0% | - |") in text
+    assert "- 2 ranks, gloo on cpu (" in text
+    assert "[this run's artifacts](https://github.com/o/r/actions/runs/42#artifacts)" in text
+    assert "JSON report `" in text and "plots `" in text
+    # appended to $GITHUB_STEP_SUMMARY after what an earlier step wrote there
+    assert (run.out / "step_summary.md").read_text() == "earlier step\n" + text + "\n"
+
+
+# -- 5: JUnit XML ----------------------------------------------------------------------------------
+def test_junit_xml_holds_the_figures_and_verdicts(run: Run) -> None:
+    from xml.etree import ElementTree
+
+    tree = ElementTree.parse(run.out / "junit.xml")
+    props = {p.get("name"): p.get("value") for case in tree.iter("testcase")
+             if case.get("name") == "test_counts" for p in case.iter("property")}
+    assert props[f"distperf.{REGRESSED}"] == "3 calls"
+    assert props[f"distperf.{REGRESSED}.verdict"] == "regressed (+200.0%)"
+
+
+# -- 6: history exports ----------------------------------------------------------------------------
+BMF_SCHEMA = {  # Bencher's published schema of the Bencher Metric Format
+    "type": "object",
+    "patternProperties": {".+": {"type": "object", "patternProperties": {".+": {
+        "type": "object", "required": ["value"],
+        "properties": {"value": {"type": "number"}, "lower_value": {"type": "number"},
+                       "upper_value": {"type": "number"}}}}}}}
+GAB_SCHEMA = {  # github-action-benchmark's customSmallerIsBetter / customBiggerIsBetter
+    "type": "array", "minItems": 1,
+    "items": {"type": "object", "required": ["name", "unit", "value"],
+              "properties": {"name": {"type": "string"}, "unit": {"type": "string"},
+                             "value": {"type": "number"}, "range": {"type": "string"},
+                             "extra": {"type": "string"}}}}
+
+
+def test_the_history_exports_parse(run: Run) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    bmf = json.loads((run.out / "bmf.json").read_text())
+    jsonschema.validate(bmf, BMF_SCHEMA)
+    step = bmf["test_perf.py::test_step::step_time_s"]["latency"]  # nanoseconds
+    assert step["lower_value"] <= step["value"] <= step["upper_value"]
+    assert bmf[f"test_counts.py::test_counts::{REGRESSED}"] == {"calls": {"value": 3}}
+    smaller = json.loads((run.out / "gab.json").read_text())
+    bigger = json.loads((run.out / "gab.bigger.json").read_text())
+    jsonschema.validate(smaller, GAB_SCHEMA)
+    jsonschema.validate(bigger, GAB_SCHEMA)
+    names = {e["name"]: e for e in smaller}
+    counts = names[f"test_counts.py::test_counts::{REGRESSED}"]
+    assert "verdict: regressed (+200.0%)" in counts["extra"]
+    assert {e["name"] for e in bigger} >= {"test_perf.py::test_bench::all_reduce.1MiB.busbw_gbps",
+                                           "test_perf.py::test_scaling::scaling_efficiency.w2"}
+    assert len(names) + len(bigger) == len(bmf)
+
+
+# -- 4: plots -------------------------------------------------------------------------------------
+def test_each_plot_is_a_png_made_from_the_runs_results(run: Run) -> None:
+    files = sorted(p.name for p in (run.out / "plots").iterdir())
+    assert files == ["busbw.png", "regressions.png", "scaling.png",
+                     "steps-test_perf.py__test_step.png"]
+    for name in files:
+        data = (run.out / "plots" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", name
+        width, height = struct.unpack(">II", data[16:24])
+        assert width >= 400 and height >= 300, name
+        assert os.stat(run.out / "plots" / name).st_mode & 0o777 == _new_file_mode()
+
+
+def _new_file_mode() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
