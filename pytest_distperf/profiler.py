@@ -9,6 +9,7 @@ back as compressed JSON; :class:`DistProfiler` merges them
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import zlib
@@ -26,6 +27,7 @@ from pytest_distperf.traces import (
     merge_traces,
     trace_file_name,
 )
+from pytest_distperf.traces.merge import rank_trace
 
 if TYPE_CHECKING:
     from pytest_distperf.group import DistGroup
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 #: Untimed calls of ``fn`` before the profiled one: first calls pay for connection set-up,
 #: allocator growth and lazy initialisation, which is not what a profile should show.
 DEFAULT_WARMUP = 1
+#: A trace file larger than this is written gzip-compressed (``.json.gz``, which Perfetto,
+#: chrome://tracing, Holistic Trace Analysis and TraceLens open as they are): profiles of
+#: real training steps run to hundreds of MiB of JSON, about a tenth of that compressed.
+GZIP_ABOVE_BYTES = 8 << 20
 
 
 class DistProfiler:
@@ -117,20 +123,40 @@ class DistProfiler:
         traces = [load_trace(zlib.decompress(reply.trace)) for reply in replies]
         results = [reply.result for reply in replies]
         if path is not None:
-            write_trace(path, merge_traces(traces))
+            path = write_trace(path, merge_traces(traces))
+            folder = rank_trace_dir(path)
+            for rank, trace in enumerate(traces):
+                write_trace(folder / f"rank{rank}.trace.json", rank_trace(trace, rank, size),
+                            what=f"trace of rank {rank}")
             sys.stdout.write(f"distperf: merged trace of {len(traces)} ranks written to "
-                             f"{path}\n")
+                             f"{path} (each rank's own in {folder.name}/)\n")
         return analyse(traces, limits=self._limits, trace_path=str(path) if path else "",
                        results=results)
 
 
-def write_trace(path: Path, trace: Mapping[str, Any]) -> None:
-    """Write a merged trace atomically, creating the folder; an OSError (an unwritable or
-    missing folder, a full disk) becomes one that names the file and the option."""
+def rank_trace_dir(merged: Path) -> Path:
+    """The folder beside a merged trace that holds each rank's own trace, ``rank<N>.trace.json``
+    (what Holistic Trace Analysis and TraceLens take as a trace folder):
+    ``x.trace.json`` -> ``x.ranks/``."""
+    name = merged.name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+    return merged.with_name(f"{name}.ranks")
+
+
+def write_trace(path: Path, trace: Mapping[str, Any],
+                gzip_above: int = GZIP_ABOVE_BYTES, what: str = "merged trace") -> Path:
+    """Write a trace atomically, creating the folder, as ``path`` or, when its JSON is larger
+    than ``gzip_above`` bytes, gzip-compressed as ``path`` + ``.gz``; the path written.  An
+    OSError (an unwritable or missing folder, a full disk) becomes one that names the file and
+    the option."""
+    data = json.dumps(trace, separators=(",", ":")).encode("utf-8")
+    if len(data) > gzip_above:
+        path = path.with_name(path.name + ".gz")
+        data = gzip.compress(data, compresslevel=6, mtime=0)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, json.dumps(trace, separators=(",", ":")))
+        write_atomically(path, data)
     except OSError as exc:
-        raise OSError(exc.errno, f"dist_profiler: cannot write the merged trace {path} "
+        raise OSError(exc.errno, f"dist_profiler: cannot write the {what} {path} "
                                  f"({exc.strerror or exc}); choose a writable folder with "
                                  f"--distperf-trace") from None
+    return path

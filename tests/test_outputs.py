@@ -11,6 +11,7 @@ figure has no baseline and limits too wide to breach, so the outcome is always t
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -271,3 +272,38 @@ def _new_file_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+# -- 7: traces ------------------------------------------------------------------------------------
+def test_each_ranks_own_trace_is_kept_beside_the_merged_one(run: Run) -> None:
+    traces = run.out / "traces"
+    merged = traces / "test_counts.py__test_counts.trace.json"
+    assert sorted(p.name for p in traces.iterdir()) == ["test_counts.py__test_counts.ranks",
+                                                        merged.name]
+    assert json.loads(merged.read_text())["traceEvents"]  # small: plain JSON
+    folder = traces / "test_counts.py__test_counts.ranks"
+    assert sorted(p.name for p in folder.iterdir()) == ["rank0.trace.json", "rank1.trace.json"]
+    for rank in (0, 1):
+        path = folder / f"rank{rank}.trace.json"
+        trace = json.loads(path.read_text())
+        assert trace["distributedInfo"]["rank"] == rank
+        assert trace["distributedInfo"]["world_size"] == 2
+        assert any(e.get("name") == "gloo:all_reduce" for e in trace["traceEvents"])
+        for written in (path, merged):
+            assert os.stat(written).st_mode & 0o777 == _new_file_mode()
+
+
+def test_a_large_trace_is_written_gzip_compressed(tmp_path: Path) -> None:
+    from pytest_distperf.profiler import rank_trace_dir, write_trace
+
+    trace = {"traceEvents": [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1}
+                             for i in range(2000)]}
+    small = write_trace(tmp_path / "t.trace.json", trace)
+    assert small == tmp_path / "t.trace.json" and json.loads(small.read_text()) == trace
+    large = write_trace(tmp_path / "u.trace.json", trace, gzip_above=1000)
+    assert large == tmp_path / "u.trace.json.gz"
+    with gzip.open(large, "rt", encoding="utf-8") as f:
+        assert json.load(f) == trace
+    assert large.stat().st_size < small.stat().st_size / 5
+    assert large.stat().st_mode & 0o777 == _new_file_mode()
+    assert rank_trace_dir(large) == rank_trace_dir(small).with_name("u.ranks")

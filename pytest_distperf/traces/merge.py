@@ -74,6 +74,19 @@ def merge_traces(traces: Sequence[Mapping[str, Any]],
     }
 
 
+def rank_trace(trace: Mapping[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    """One rank's own trace, as Holistic Trace Analysis and TraceLens read a folder of them:
+    with ``distributedInfo`` holding its ``rank`` (added, with ``world_size``, where the
+    profiler did not write it; torch writes it whenever a process group exists)."""
+    out = dict(trace)
+    info = out.get("distributedInfo")
+    info = dict(info) if isinstance(info, Mapping) else {}
+    info.setdefault("rank", rank)
+    info.setdefault("world_size", world_size)
+    out["distributedInfo"] = info
+    return out
+
+
 def _one_rank(trace: Mapping[str, Any], rank: int, index: int, count: int, base: int,
               common: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One rank's events as process ``rank`` of the merged trace (shifted onto the common
