@@ -16,6 +16,7 @@ Two engines with one method, ``execute(fn, args, kwargs, size, label) -> list``:
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import datetime
 import os
@@ -23,15 +24,19 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
+import threading
 import time
 import traceback
+import warnings
+from collections.abc import Callable
 from multiprocessing.connection import wait
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import cloudpickle
 
+from pytest_distperf import leftovers
 from pytest_distperf.rank import worker
+from pytest_distperf.ranklogs import RankLogs
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
 ERROR_GRACE_S = 3.0
@@ -49,8 +54,27 @@ def is_secondary(error: str) -> bool:
 #: The call id of a reply that could not be unpickled: it is the reply to the current call
 #: (a rank answers one call at a time), not a late one to be dropped.
 UNREADABLE = "unreadable reply"
-#: Bytes of each rank's captured output shown in a failure.
-OUTPUT_TAIL_BYTES = 4000
+#: How often a waiting controller empties rank logs that passed their cap.
+LOG_CHECK_S = 1.0
+
+_T = TypeVar("_T")
+_spawner: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def on_lasting_thread(fn: Callable[[], _T]) -> _T:
+    """Run ``fn`` on the main thread or on one thread that lives as long as this process.
+
+    A rank asks the kernel to kill it when the *thread* that spawned it ends
+    (``PR_SET_PDEATHSIG`` is tied to the thread, not the process): a pool spawned from a
+    short-lived thread (a test's worker thread, a timeout thread) would die with it.
+    """
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    if _spawner is None:
+        _spawner = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="distperf-spawner")
+    return _spawner.submit(fn).result()
 
 
 class RankError(Exception):
@@ -114,7 +138,7 @@ class RankPool:
         self._sys_path_sent: list[str] | None = None
         self._next_id = 0
         self._tmp: str | None = None
-        self._log_offsets: list[int] = []
+        self._logs: RankLogs | None = None
         self._store: Any = None
         self._sock: socket.socket | None = None
         atexit.register(self.close)
@@ -127,6 +151,11 @@ class RankPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.pid is not None]
 
+    @property
+    def folder(self) -> str | None:
+        """The pool's folder (rank logs, stack dumps; see :mod:`pytest_distperf.leftovers`)."""
+        return self._tmp
+
     def start(self) -> None:
         import multiprocessing as mp
 
@@ -134,7 +163,8 @@ class RankPool:
 
         self.close()
         self.generation += 1
-        self._tmp = tempfile.mkdtemp(prefix="distperf-pool-")
+        self._tmp = leftovers.new_pool_dir()
+        self._logs = RankLogs(self._tmp, self.world_size)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         sock.listen(max(128, self.world_size * 4))
@@ -149,21 +179,21 @@ class RankPool:
         for rank in range(self.world_size):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             phase = ctx.Array("c", 256, lock=False)
+            phase.value = b"starting the process (it has not run distperf's code yet)"
             device = self.device_offset + rank if self.backend == "nccl" else None
             proc = ctx.Process(
                 target=worker.main,
                 name=f"distperf-rank{rank}",
                 args=(rank, self.world_size, self.backend, port, child_conn, phase,
-                      self._stack_file(rank), self._log_file(rank), device, threads,
+                      self._stack_file(rank), self._logs.path(rank), device, threads,
                       os.getpid(), self.timeout_s),
                 daemon=True,
             )
-            proc.start()
+            on_lasting_thread(proc.start)
             child_conn.close()
             self._procs.append(proc)
             self._conns.append(parent_conn)
             self._phases.append(phase)
-        self._log_offsets = [0] * self.world_size
         try:
             replies = self._gather(list(range(self.world_size)), None, self.startup_timeout_s,
                                    "start-up")
@@ -196,8 +226,11 @@ class RankPool:
                 self._sock.close()
             self._sock = None
         if self._tmp is not None:
+            # what the ranks' code started (a data loader's workers, a server, a subprocess)
+            leftovers.kill_marked(self._tmp)
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+            self._logs = None
 
     def rank_info(self) -> list[dict[str, Any]]:
         if not self.alive:
@@ -218,20 +251,40 @@ class RankPool:
                 f"({type(exc).__name__}: {exc}); define it in the test module or a module on "
                 f"sys.path, and pass picklable arguments"
             ) from None
+        if self._procs and not self.alive:
+            warnings.warn(f"distperf: {self._lost()} between calls; a fresh pool is started "
+                          f"for {label}", RuntimeWarning, stacklevel=2)
         if not self.alive:
             self.start()
-        if size < self.world_size and size not in self._subgroups:
+        try:
+            if size < self.world_size and size not in self._subgroups:
+                call_id = self._new_id()
+                self._send(range(self.world_size), ("subgroup", call_id, size))
+                self._gather(list(range(self.world_size)), call_id, self.timeout_s,
+                             f"creating the subgroup of {size} ranks")
+                self._subgroups.add(size)
+            sys_path = list(sys.path)
+            shipped = None if sys_path == self._sys_path_sent else sys_path
+            self._sys_path_sent = sys_path
             call_id = self._new_id()
-            self._send(range(self.world_size), ("subgroup", call_id, size))
-            self._gather(list(range(self.world_size)), call_id, self.timeout_s,
-                         f"creating the subgroup of {size} ranks")
-            self._subgroups.add(size)
-        sys_path = list(sys.path)
-        shipped = None if sys_path == self._sys_path_sent else sys_path
-        self._sys_path_sent = sys_path
-        call_id = self._new_id()
-        self._send(range(size), ("call", call_id, payload, size, label, shipped))
-        return self._gather(list(range(size)), call_id, timeout_s or self.timeout_s, label)
+            self._send(range(size), ("call", call_id, payload, size, label, shipped))
+            return self._gather(list(range(size)), call_id, timeout_s or self.timeout_s, label)
+        except RankError:
+            raise
+        except BaseException as exc:
+            # Interrupted in the controller (a signal handler that raises, pytest-timeout's
+            # signal method, Ctrl-C): the ranks are still busy with this call, and the next
+            # call would wait for them.  Kill them: the next call starts a fresh pool.
+            self.close()
+            exc.add_note(f"distperf: {label} was interrupted in the controller; the rank "
+                         f"pool was killed and the next call starts a fresh one")
+            raise
+
+    def _lost(self) -> str:
+        """Which ranks of the pool died, and how."""
+        dead = [f"rank {r} (exit code {p.exitcode})" for r, p in enumerate(self._procs)
+                if not p.is_alive()]
+        return f"{', '.join(dead)} of the pool died"
 
     def _new_id(self) -> int:
         self._next_id += 1
@@ -262,7 +315,9 @@ class RankPool:
                 break
             waitables = [self._conns[r] for r in pending]
             waitables += [self._procs[r].sentinel for r in pending]
-            for ready in wait(waitables, timeout=remaining):
+            if self._logs is not None:
+                self._logs.trim(sorted(pending))
+            for ready in wait(waitables, timeout=min(remaining, LOG_CHECK_S)):
                 rank = by_sentinel.get(ready) if isinstance(ready, int) else by_conn[id(ready)]
                 if rank is None or rank not in pending:
                     continue
@@ -289,7 +344,7 @@ class RankPool:
                     deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
                     ended |= reply[4:5] == (worker.FATAL,)
                 pending.discard(rank)
-        output = self._new_output(ranks)
+        output = self._logs.take(ranks) if self._logs is not None else ""
         if not pending and not errors and not dead:
             return [results[r] for r in ranks]
         self._fail(label, errors, dead, sorted(pending), output, time.monotonic() - start,
@@ -365,28 +420,6 @@ class RankPool:
     def _stack_file(self, rank: int) -> str:
         assert self._tmp is not None
         return os.path.join(self._tmp, f"rank{rank}.stacks")
-
-    def _log_file(self, rank: int) -> str:
-        assert self._tmp is not None
-        return os.path.join(self._tmp, f"rank{rank}.log")
-
-    def _new_output(self, ranks: list[int]) -> str:
-        """What the ranks printed since the last call: forwarded to this test's output."""
-        if self._tmp is None:
-            return ""
-        shown: list[str] = []
-        for rank in ranks:
-            with contextlib.suppress(OSError):
-                with open(self._log_file(rank), "rb") as f:
-                    f.seek(self._log_offsets[rank])
-                    data = f.read()
-                self._log_offsets[rank] += len(data)
-                if data:
-                    text = data.decode("utf-8", "replace")
-                    sys.stdout.write("".join(f"[rank {rank}] {line}\n"
-                                             for line in text.splitlines()))
-                    shown.append(f"output of rank {rank}:\n{text[-OUTPUT_TAIL_BYTES:]}")
-        return "\n".join(shown)
 
 
 class TorchrunEngine:

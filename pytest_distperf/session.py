@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +100,31 @@ def _echo(value: Any) -> Any:
     return value
 
 
+def baseline_key(item: pytest.Item) -> str:
+    """``module::test`` naming the test in the baseline files: the module is the test file's
+    path relative to the rootdir, also for files outside it (``../other/test_x.py``, stored
+    under ``__/other/``), where pytest's node id has no module at all (``::test_a``)."""
+    _, _, test = item.nodeid.partition("::")
+    path = getattr(item, "path", None)
+    if path is None:
+        return item.nodeid
+    module = Path(os.path.relpath(path, item.config.rootpath)).as_posix()
+    return f"{module}::{test}" if test else module
+
+
+#: The exit status after SIGTERM, as a shell reports a process it ended (128 + 15).
+SIGTERM_STATUS = 128 + signal.SIGTERM
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (what ``timeout``, a cancelled CI job and ``scancel`` send) ends the session
+    the way Ctrl-C does: with a message, the summary, the pool stopped and its files
+    removed.  A second SIGTERM ends the process at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    pytest.exit("distperf: SIGTERM received: the session stops here; the rank pool is "
+                "stopped and its files removed", returncode=SIGTERM_STATUS)
+
+
 class DistperfSession:
     """Everything distperf keeps for one pytest process: config, engine, records."""
 
@@ -166,7 +193,15 @@ class DistperfSession:
             self._engine = RankPool(self.world_size, self.backend,
                                     device_offset=self.device_offset,
                                     timeout_s=self.cfg.timeout_s)
+            self._handle_sigterm()
         return self._engine
+
+    def _handle_sigterm(self) -> None:
+        """Turn SIGTERM into a clean end of the session (:func:`_on_sigterm`) while this
+        process owns a pool; only where nobody else handles SIGTERM."""
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+            signal.signal(signal.SIGTERM, _on_sigterm)
 
     def environment(self, world_size: int | None = None) -> Environment:
         """The environment key of results measured on ``world_size`` ranks."""
@@ -214,6 +249,9 @@ class DistperfSession:
     def close(self) -> None:
         if self._engine is not None:
             self._engine.close()
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) is _on_sigterm):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     # -- the noise probe ------------------------------------------------------------------
     def _measured_pids(self) -> list[int]:
@@ -251,12 +289,12 @@ class DistperfSession:
     def baselines_root(self) -> Path:
         return self.cfg.baselines_dir or Path(self.config.rootpath, DEFAULT_BASELINES_DIRNAME)
 
-    def baseline_file(self, nodeid: str) -> BaselineFile | None:
-        """The parsed baseline file of ``nodeid``'s module (None when there is none yet);
-        BaselineError when it cannot be read.  Read once per session."""
+    def baseline_file(self, key: str) -> BaselineFile | None:
+        """The parsed baseline file of ``key``'s module (:func:`baseline_key`; None when
+        there is none yet); BaselineError when it cannot be read.  Read once per session."""
         from pytest_distperf.verdict.store import baseline_path, load
 
-        path = baseline_path(self.baselines_root, nodeid)
+        path = baseline_path(self.baselines_root, key)
         if path not in self._baseline_files:
             self._baseline_files[path] = load(path)
         return self._baseline_files[path]
@@ -273,7 +311,7 @@ class DistperfSession:
         env = self.environment(world_size)
         file, file_error = None, ""
         try:
-            file = self.baseline_file(item.nodeid)
+            file = self.baseline_file(baseline_key(item))
         except BaselineError as exc:
             file_error = str(exc)
         env_layer = file.thresholds(environment_id(env)) if file is not None else {}
@@ -349,7 +387,8 @@ class DistperfSession:
             split_nodeid,
         )
 
-        module, test = split_nodeid(item.nodeid)
+        key = baseline_key(item)
+        module, test = split_nodeid(key)
         judgement = None
         if self.is_reporter and not limits.file_error:
             judgement = make_judgement(
@@ -363,7 +402,7 @@ class DistperfSession:
         if limits.file_error:
             return [limits.file_error]
         assert judgement is not None
-        path = baseline_path(self.baselines_root, item.nodeid)
+        path = baseline_path(self.baselines_root, key)
         if isinstance(judgement, Save):
             try:
                 save_test(path, module, test, judgement.save_entries())

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from fault_cases import start_held_run, wait_gone
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -171,28 +170,6 @@ def test_listeners_and_pids(nccl_group):
 '''
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("State:"):
-                    return "Z" not in line.split(":", 1)[1]
-    except FileNotFoundError:
-        return False
-    return False
-
-
-def _wait_gone(pids: list[int], timeout: float = 20.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [p for p in pids if _alive(p)]
-        if not left:
-            return []
-        time.sleep(0.2)
-    return [p for p in pids if _alive(p)]
-
-
 def _listening_sockets(pids: list[int]) -> list[str]:
     """Local addresses of the TCP listeners owned by ``pids`` (from /proc)."""
     inodes: set[str] = set()
@@ -288,45 +265,12 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     # no rank process outlives a normal run
     pids = json.loads((out / "pids.json").read_text())
     assert len(pids["ranks"]) == 2
-    assert _wait_gone(pids["ranks"]) == []
-
-
-LISTENER_TEST = r'''
-import json, os, time
-
-def test_hold_the_group(nccl_group):
-    pids = nccl_group.run(os.getpid)
-    out = os.environ["DISTPERF_TEST_OUT"]
-    with open(os.path.join(out, "pids.json.tmp"), "w") as f:
-        json.dump({"controller": os.getpid(), "ranks": pids}, f)
-    os.replace(os.path.join(out, "pids.json.tmp"), os.path.join(out, "pids.json"))
-    time.sleep(float(os.environ.get("DISTPERF_TEST_HOLD", "0")))
-'''
-
-
-def _start_held_run(pytester: pytest.Pytester, out: Path, hold: float,
-                    gpus: str = "2") -> tuple[subprocess.Popen[bytes], dict[str, object]]:
-    """Start pytest on a test that reports its pids and then holds its group for ``hold`` s."""
-    test_file = pytester.makepyfile(test_hold=LISTENER_TEST)
-    env = dict(os.environ, DISTPERF_TEST_OUT=str(out), DISTPERF_TEST_HOLD=str(hold))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--gpus", gpus,
-         str(test_file)],
-        cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 120
-    while not (out / "pids.json").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            output = proc.stdout.read().decode() if proc.stdout else ""
-            proc.kill()
-            pytest.fail(f"the held run did not report its pids:\n{output}")
-        time.sleep(0.2)
-    return proc, json.loads((out / "pids.json").read_text())
+    assert wait_gone(pids["ranks"]) == []
 
 
 def test_every_listening_socket_is_on_loopback(pytester: pytest.Pytester,
                                                tmp_path: Path) -> None:
-    proc, pids = _start_held_run(pytester, tmp_path, hold=60)
+    proc, pids = start_held_run(pytester, tmp_path, hold=60)
     try:
         all_pids = [int(pids["controller"]), *pids["ranks"]]  # type: ignore[call-overload]
         listeners = _listening_sockets(all_pids)
@@ -335,20 +279,7 @@ def test_every_listening_socket_is_on_loopback(pytester: pytest.Pytester,
     finally:
         proc.kill()
         proc.wait()
-    assert _wait_gone(pids["ranks"]) == []  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
-def test_ranks_die_with_the_controller(pytester: pytest.Pytester, tmp_path: Path,
-                                       how: str) -> None:
-    proc, pids = _start_held_run(pytester, tmp_path, hold=600)
-    ranks = pids["ranks"]
-    assert all(_alive(p) for p in ranks)  # type: ignore[union-attr]
-    os.kill(proc.pid, getattr(signal, how))
-    proc.wait(timeout=60)
-    assert _wait_gone(ranks) == []  # type: ignore[arg-type]
-    if how == "SIGINT":  # Ctrl-C: pytest reports the interruption and stops cleanly
-        assert b"KeyboardInterrupt" in (proc.stdout.read() if proc.stdout else b"")
+    assert wait_gone(pids["ranks"]) == []  # type: ignore[arg-type]
 
 
 SKIP_TESTS = r'''

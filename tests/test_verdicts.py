@@ -170,6 +170,34 @@ def test_bad_baseline_files_are_refused_and_never_changed(pytester: pytest.Pytes
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.toml" for n in BAD)
 
 
+def test_test_files_outside_the_rootdir_keep_their_own_baselines(
+        pytester: pytest.Pytester) -> None:
+    """pytest names a test in a file outside the rootdir ``::test_it``, with no module: the
+    baselines are keyed by the file's path relative to the rootdir instead, so two such files
+    with a test of the same name keep two baselines (they all went to ``tests.toml``)."""
+    root = pytester.path / "root"
+    root.mkdir()
+    (root / "pytest.ini").write_text("[pytest]\n")
+    for name in ("one", "two"):
+        folder = pytester.path / name
+        folder.mkdir()
+        (folder / f"test_{name}.py").write_text(textwrap.dedent(f"""
+            def test_it(nccl_group):
+                nccl_group.measure("{name}", lambda: None, iters=5, warmup=0)
+        """))
+    result = pytester.runpytest_subprocess(
+        *RUN, "--distperf-save", "--rootdir", str(root), "-c", str(root / "pytest.ini"),
+        str(pytester.path / "one"), str(pytester.path / "two"))
+    result.assert_outcomes(passed=2)
+    for name in ("one", "two"):
+        path = root / "perf_baselines" / "__" / name / f"test_{name}.toml"
+        data = tomllib.loads(path.read_text())
+        assert data["module"] == f"../{name}/test_{name}.py"
+        (entry,) = data["tests"]["test_it"].values()
+        assert list(entry["metrics"]) == [f"{name}.time_s"]
+    assert not (root / "perf_baselines" / "tests.toml").exists()
+
+
 def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_many=textwrap.dedent("""

@@ -30,6 +30,8 @@ from typing import Any
 
 import cloudpickle
 
+from pytest_distperf.leftovers import MARKER
+
 #: Shared buffer of this rank's current phase (the flight recorder the controller reads).
 _phase_buffer: Any = None
 
@@ -99,6 +101,9 @@ def main(
     global _phase_buffer
     _phase_buffer = phase_buffer
     _die_with_parent(parent_pid)
+    # Processes this rank's code starts inherit the marker: the controller kills them with
+    # the pool (pytest_distperf/leftovers.py).
+    os.environ[MARKER] = os.path.dirname(log_file)
     # What a rank prints goes to its own log; the controller forwards it to the test's output.
     log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)

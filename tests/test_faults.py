@@ -1,0 +1,244 @@
+"""The fault suite: what ranks, test code and CI runners do to the pool, on real gloo ranks.
+
+Each fault is bounded in time (call timeouts of a few seconds, subprocess deadlines), and
+each test checks what the user sees, that the pool recovers, and that nothing is left behind
+(rank processes, processes the ranks started, the pool's folder).  The recovery times are
+measured by benchmarks/faults.py and written down in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.context
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import tracemalloc
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_cases import (
+    FAULTS,
+    Fault,
+    alive,
+    floods,
+    start_held_run,
+    starts_a_process,
+    wait_gone,
+)
+
+from pytest_distperf import leftovers
+from pytest_distperf.launcher import RankError, RankPool
+from pytest_distperf.ranklogs import CAP_BYTES, FORWARD_BYTES
+
+
+def all_reduce_sum() -> float:
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def call(pool: RankPool, fn: Any, timeout_s: float = 60.0) -> list[Any]:
+    return pool.execute(fn, (), {}, pool.world_size, f"run({fn.__name__})", timeout_s=timeout_s)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RankPool]:
+    pool = RankPool(2, "gloo", timeout_s=60)
+    pool.start()
+    yield pool
+    folder = pool.folder
+    pool.close()
+    assert folder is not None and not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.fn.__name__ for f in FAULTS])
+def test_fault(pool: RankPool, fault: Fault) -> None:
+    if not pool.alive:
+        pool.start()
+    pids, folder = pool.pids(), pool.folder
+    assert folder is not None
+    with pytest.raises(RankError) as info:
+        call(pool, fault.fn, fault.timeout_s)
+    assert type(info.value).__name__ == fault.error
+    assert re.search(fault.says, str(info.value)), str(info.value)
+    if fault.respawn:
+        assert "the rank pool was killed; the next call starts a fresh one" in str(info.value)
+        assert not pool.alive
+        assert wait_gone(pids) == []
+        assert not os.path.exists(folder)
+        assert leftovers.marked(folder) == []
+    else:
+        assert pool.pids() == pids
+    assert call(pool, all_reduce_sum) == [3.0, 3.0]  # the next call works
+    assert (pool.pids() == pids) is not fault.respawn
+
+
+def test_processes_started_by_a_rank_end_with_the_pool() -> None:
+    pool = RankPool(2, "gloo", timeout_s=60)
+    try:
+        started = call(pool, starts_a_process)
+        folder = pool.folder
+        assert all(alive(p) for p in started)
+    finally:
+        pool.close()
+    assert wait_gone(started) == []
+    assert folder is not None and not os.path.exists(folder)
+
+
+def test_a_print_flood_is_capped_in_memory_and_on_disk(
+        pool: RankPool, capsys: pytest.CaptureFixture[str]) -> None:
+    megabytes = 100
+
+    def flood_on_one() -> int:
+        import torch.distributed as dist
+
+        return floods(megabytes) if dist.get_rank() == 1 else 0
+
+    tracemalloc.start()
+    try:
+        sizes = pool.execute(flood_on_one, (), {}, 2, "run(flood_on_one)")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert sizes[1] <= CAP_BYTES  # the controller emptied the log while the rank flooded
+    # the controller read only the end of the flood: 100 MB in would show as >= 100 MB here
+    assert peak < 8 * FORWARD_BYTES, f"the controller peaked at {peak / 2**20:.0f} MiB"
+    out = capsys.readouterr().out
+    assert re.search(r"\[rank 1\] \.\.\. \d+ bytes of this rank's output left out", out)
+    assert "[rank 1] the last line of the flood" in out
+    assert os.path.getsize(os.path.join(pool.folder or "", "rank1.log")) == 0
+
+
+class Interrupted(Exception):
+    pass
+
+
+def sleeps() -> str:
+    time.sleep(30)
+    return "slept"
+
+
+def test_a_call_interrupted_in_the_controller(pool: RankPool) -> None:
+    """A signal handler that raises (pytest-timeout's signal method does) leaves the ranks
+    busy: the pool is killed, so the next call is not stuck behind them."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted("timeout")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(Interrupted) as info:
+            call(pool, sleeps)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert any("run(sleeps) was interrupted in the controller" in note
+               for note in getattr(info.value, "__notes__", []))
+    # Without the fix this call would wait for run(sleeps) and time out (10 s).
+    assert call(pool, all_reduce_sum, timeout_s=10) == [3.0, 3.0]
+
+
+def test_a_pool_started_from_a_thread_outlives_the_thread() -> None:
+    pool = RankPool(2, "gloo", timeout_s=60)
+    try:
+        starter = threading.Thread(target=pool.start)
+        starter.start()
+        starter.join()
+        pids = pool.pids()
+        time.sleep(0.5)  # PR_SET_PDEATHSIG would have killed the ranks when the thread ended
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "died between calls" would be an error here
+            assert call(pool, all_reduce_sum) == [3.0, 3.0]
+        assert pool.pids() == pids
+    finally:
+        pool.close()
+
+
+def test_a_pool_that_died_between_calls_is_said(pool: RankPool) -> None:
+    if not pool.alive:
+        pool.start()
+    os.kill(pool.pids()[1], signal.SIGKILL)
+    deadline = time.monotonic() + 30  # until the pool can see it (all its threads ended)
+    while pool.alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.warns(RuntimeWarning, match=r"rank 1 \(exit code -9\) of the pool died "
+                                            r"between calls; a fresh pool is started"):
+        assert call(pool, all_reduce_sum) == [3.0, 3.0]
+
+
+def test_a_rank_that_never_joins(monkeypatch: pytest.MonkeyPatch) -> None:
+    stopped: list[int] = []
+    original = multiprocessing.context.SpawnProcess.start
+
+    def start_then_stop(self: Any) -> None:  # rank 1 freezes before it runs any Python
+        original(self)
+        if self.name == "distperf-rank1":
+            os.kill(self.pid, signal.SIGSTOP)
+            stopped.append(self.pid)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start_then_stop)
+    pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=6)
+    with pytest.raises(RankError) as info:
+        pool.start()
+    text = str(info.value)
+    assert text.startswith("the rank pool failed to start")
+    assert "rank 1 was busy with: starting the process" in text
+    assert "rank 0 was busy with: joining the rendezvous" in text
+    assert not pool.alive and pool.folder is None
+    assert wait_gone(stopped) == []
+
+
+def test_stale_pool_folders_are_cleared(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / f"{leftovers.POOL_PREFIX}stale"
+    stale.mkdir()
+    (stale / "owner").write_text(f"{gone.pid} 1\n")
+    (stale / "rank0.log").write_bytes(b"x" * 1000)
+    live = tmp_path / f"{leftovers.POOL_PREFIX}live"
+    live.mkdir()
+    (live / "owner").write_text(f"{os.getpid()} {leftovers._start_time(os.getpid())}\n")
+    other = tmp_path / "something-else"
+    other.mkdir()
+    orphan = subprocess.Popen(["sleep", "600"],
+                              env=dict(os.environ, **{leftovers.MARKER: str(stale)}))
+    try:
+        assert leftovers.clear_stale(str(tmp_path)) == [str(stale)]
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        orphan.kill()
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_the_controller_is_signalled(pytester: pytest.Pytester, tmp_path: Path,
+                                     how: str) -> None:
+    proc, pids = start_held_run(pytester, tmp_path, hold=600)
+    ranks, started, folder = pids["ranks"], pids["started"], pids["folder"]
+    assert all(alive(p) for p in [*ranks, *started]) and os.path.isdir(folder)
+    os.kill(proc.pid, getattr(signal, how))
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    assert wait_gone(ranks) == [], output
+    if how == "SIGKILL":  # nothing can run in the controller: the next pool clears up
+        assert os.path.isdir(folder)
+        assert str(Path(folder)) in leftovers.clear_stale(str(Path(folder).parent))
+    elif how == "SIGINT":  # Ctrl-C: pytest reports the interruption and stops cleanly
+        assert "KeyboardInterrupt" in output
+    else:
+        assert "distperf: SIGTERM received: the session stops here" in output
+        assert code == 128 + signal.SIGTERM
+    assert wait_gone(started) == [], output
+    assert not os.path.exists(folder), output
