@@ -304,7 +304,7 @@ def node_bottlenecks(split: NodeSplit) -> list[Bottleneck]:
             (s.sends, s.receives), "send to and receive from")
         out.append(Bottleneck(
             "slow_node", severity(s.factor, limit), s.ranks,
-            f"{s.node} ({_ranks(s.ranks)}) is slow to {way} the other nodes: its best link "
+            f"{s.node} with {_ranks(s.ranks)} is slow to {way} the other nodes: its best link "
             f"reaches {s.best_gbps:.3g} GB/s, {s.factor:.3g}x below the {s.typical_gbps:.3g} "
             f"GB/s of the links between the other nodes (best case of every round trip, "
             f"{split.label} messages)", GENERIC_SUGGESTIONS["slow_node"], s.factor, limit))

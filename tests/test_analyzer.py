@@ -613,7 +613,7 @@ def test_three_nodes_name_the_delayed_node_and_its_ranks() -> None:
     (finding,) = split.bottlenecks
     assert (finding.kind, finding.severity, finding.ranks) == ("slow_node", "high", (2, 3))
     assert finding.description.startswith(
-        "C (ranks 2, 3) is slow to send to and receive from the other nodes: its best link "
+        "C with ranks 2, 3 is slow to send to and receive from the other nodes: its best link "
         "reaches 0.00501 GB/s, 100x below the 0.501 GB/s of the links between the other "
         "nodes (best case of every round trip, 64KiB messages)")
     assert "NIC" in finding.suggestion
@@ -630,7 +630,7 @@ def test_three_nodes_name_a_node_slow_to_send_and_not_a_noisy_bystander() -> Non
     split = analyzer.pairs_by_node(pair_matrix(nodes, gbps, noisy={(1, 0): 20.0}), nodes)
     assert split is not None
     assert [(s.node, s.sends, s.receives) for s in split.slow_nodes] == [("C", True, False)]
-    assert split.bottlenecks[0].description.startswith("C (ranks 2, 3) is slow to send to ")
+    assert split.bottlenecks[0].description.startswith("C with ranks 2, 3 is slow to send to ")
 
 
 def test_three_nodes_point_at_a_slow_path_between_two_healthy_nodes() -> None:

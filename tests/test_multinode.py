@@ -100,12 +100,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun(nnodes: int, nproc: int, endpoint: str, run_id: str, *extra: str) -> list[str]:
+def torchrun(nnodes: int, nproc: int, endpoint: str, run_id: str, *extra: str,
+             save: bool = False) -> list[str]:
+    """One agent's command line: it runs the suite with a JSON report (and saves baselines
+    with ``save``: saving re-measures a noisy figure, which costs time)."""
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint",
             endpoint, "--rdzv-id", run_id, "--tee", "3", *extra,
-            "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--distperf-save",
-            "--distperf-json", "report.json", "-rA"]
+            "-m", "pytest", "-p", "no:cacheprovider", "--distperf",
+            *(["--distperf-save"] if save else []), "--distperf-json", "report.json", "-rA"]
 
 
 def checkout(root: Path, name: str) -> Path:
@@ -185,7 +188,7 @@ def test_two_torchrun_agents_run_one_four_rank_job(tmp_path: Path) -> None:
     endpoint = f"127.0.0.1:{free_port()}"
     folders = [checkout(tmp_path, name) for name in ("machine-a", "machine-b")]
     run_id = uuid.uuid4().hex[:8]
-    outputs = run_agents([(torchrun(2, 2, endpoint, run_id), folder,
+    outputs = run_agents([(torchrun(2, 2, endpoint, run_id, save=True), folder,
                            agent_env(folder.name, DISTPERF_TEST_ALL="1"))
                           for folder in folders])
     for output in outputs:  # both local ranks of each agent passed the whole suite
