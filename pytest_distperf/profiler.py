@@ -42,15 +42,19 @@ GZIP_ABOVE_BYTES = 8 << 20
 
 
 class DistProfiler:
-    """The ``dist_profiler`` fixture: ``dist_profiler(fn, *args, world_size=None, **kwargs)``.
+    """The ``dist_profiler`` fixture: ``dist_profiler(fn, *args, world_size=None, setup=None,
+    steps=1, **kwargs)``.
 
-    Each call runs ``fn(*args, **kwargs)`` on the first ``world_size`` ranks (default: the
-    test's group) ``warmup`` times, then once under ``torch.profiler``; merges the ranks'
-    traces into one file in ``trace_dir`` (one process per rank) and returns its
-    :class:`~pytest_distperf.records.ProfileReport`.  The report's metrics are recorded for
-    the test's verdict: ``profile.comm_overhead`` (threshold ``max_comm_overhead``),
-    ``profile.imbalance`` (``max_imbalance``, stragglers as ranks), ``profile.overlap``
-    (higher is better); the n-th call of a test records ``profile<n>.*``.
+    Each call runs ``setup()`` once when given (outside the profile; its result becomes
+    ``fn``'s first argument), then ``fn(*args, **kwargs)`` on the first ``world_size`` ranks
+    (default: the test's group) ``warmup`` times, then ``steps`` times under
+    ``torch.profiler``, each a ``ProfilerStep#<n>``; merges the ranks' traces into one file in
+    ``trace_dir`` (one process per rank) and returns its
+    :class:`~pytest_distperf.records.ProfileReport` (``steps``: the per-step view).  The
+    report's metrics are recorded for the test's verdict: ``profile.comm_overhead``
+    (threshold ``max_comm_overhead``), ``profile.imbalance`` (``max_imbalance``, stragglers as
+    ranks), ``profile.overlap`` (higher is better), ``profile.step_time_s``; the n-th call of
+    a test records ``profile<n>.*``.
 
     Settings (attributes, change them before calling): ``warmup`` (default 1),
     ``record_shapes`` (True: gives the message sizes of gloo collectives), ``with_stack``,
@@ -81,11 +85,16 @@ class DistProfiler:
         return f"<DistProfiler {self._group!r} traces in {self._trace_dir}>"
 
     def __call__(self, fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+                 setup: Callable[[], Any] | None = None, steps: int = 1,
                  **kwargs: Any) -> ProfileReport:
         __tracebackhide__ = True
         if not callable(fn):
             raise TypeError(f"dist_profiler() needs a callable, got {fn!r}")
+        if setup is not None and not callable(setup):
+            raise TypeError(f"dist_profiler(): setup must be a callable (run once on every "
+                            f"rank, its result passed to fn), got {setup!r}")
         require_int(self.warmup, "dist_profiler.warmup", 0)
+        require_int(steps, "dist_profiler(): steps", 1)
         size = self._group.world_size if world_size is None else int(world_size)
         if size < 1:
             raise ValueError(f"dist_profiler(): world_size must be at least 1, got {world_size}")
@@ -96,7 +105,8 @@ class DistProfiler:
         label = f"dist_profiler({name})" if index == 1 else f"dist_profiler#{index}({name})"
         path = self._trace_dir / trace_file_name(self._nodeid, index) if self._write else None
 
-        report = self._profile(fn, args, kwargs, size, label, path)
+        options = (setup, steps)
+        report = self._profile(fn, args, kwargs, size, label, path, options)
         self.reports.append(report)
         if report.desync and self.check_desync:
             self._group.record(label, [], report)
@@ -104,21 +114,23 @@ class DistProfiler:
             raise DesyncError(f"{label}: {report.desync}{where}", report)
 
         def remeasure() -> list[Metric]:
-            return self._profile(fn, args, kwargs, size, label, None).metrics(prefix,
-                                                                               metric_size)
+            return self._profile(fn, args, kwargs, size, label, None,
+                                 options).metrics(prefix, metric_size)
 
         self._group.record(label, report.metrics(prefix, metric_size), report, remeasure)
         return report
 
     def _profile(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 size: int, label: str, path: Path | None) -> ProfileReport:
+                 size: int, label: str, path: Path | None,
+                 options: tuple[Callable[[], Any] | None, int]) -> ProfileReport:
         __tracebackhide__ = True
         from pytest_distperf.rank.profile import profile_on_rank
 
+        setup, steps = options
         replies = self._group.call(
             profile_on_rank,
             (fn, args, kwargs, self.warmup, self.record_shapes, self.with_stack,
-             self.profile_memory),
+             self.profile_memory, setup, steps),
             {}, label, world_size=size)
         traces = [load_trace(zlib.decompress(reply.trace)) for reply in replies]
         results = [reply.result for reply in replies]

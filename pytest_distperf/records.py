@@ -765,6 +765,9 @@ class ScalingResult:
 #: Name of the annotation the rank puts around the profiled call (the region the trace
 #: analysis measures).
 PROFILED_REGION = "distperf:profiled_call"
+#: The prefix of the annotation around each step of a profiled call (``ProfilerStep#0``, ...):
+#: torch.profiler's own name for steps, which Holistic Trace Analysis reads.
+PROFILER_STEP = "ProfilerStep#"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -796,6 +799,23 @@ class RankProfile:
     comm_overhead: float
     collectives: int  # collectives issued (send/recv not counted)
     comm_bytes: int  # bytes of every collective and send/recv, nccl-tests' message sizes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepProfile:
+    """One step of a profiled call (a ``ProfilerStep#<index>`` span on every rank), with the
+    figures of the whole call computed over that step alone: ``wall_time_s`` is the longest
+    rank's step, ``comm_overhead`` the reference rank's (the one that waited least),
+    ``imbalance`` (max - min) / mean of the ranks' compute time, ``slowest_rank`` the rank
+    with the most compute (the one the others waited for)."""
+
+    index: int
+    wall_time_s: float
+    comm_overhead: float
+    imbalance: float
+    slowest_rank: int
+    compute_time_s: tuple[float, ...]  # per rank, in rank order
+    exposed_comm_s: tuple[float, ...]  # per rank, in rank order
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -840,6 +860,7 @@ class ProfileReport:
     imbalance_cv: float = 0.0
     batch_shares: tuple[float, ...] = ()
     comm_counts: tuple[CommCount, ...] = ()  # collectives of the call by kind and group
+    steps: tuple[StepProfile, ...] = ()  # the per-step view (one per ProfilerStep span)
     results: tuple[Any, ...] = dataclasses.field(
         default=(), repr=False, compare=False, metadata={"transient": True})
 
@@ -847,11 +868,21 @@ class ProfileReport:
         """The stats of one collective (``"all_reduce"``), or None when it did not run."""
         return next((c for c in self.collectives if c.name == name), None)
 
+    def persistent_straggler(self) -> tuple[int, float] | None:
+        """The rank that was slowest in most steps, and the share of the steps it was (the
+        first such rank on a tie); None without a per-step view."""
+        if not self.steps:
+            return None
+        slowest = [s.slowest_rank for s in self.steps]
+        rank = max(sorted(set(slowest)), key=slowest.count)
+        return rank, slowest.count(rank) / len(slowest)
+
     def metrics(self, prefix: str = "profile", world_size: int = 0) -> list[Metric]:
         """``<prefix>.comm_overhead``, ``<prefix>.imbalance`` and, where there was
         communication, ``<prefix>.overlap``: informational (one call has no samples to
-        test; their thresholds still apply); and, exact, ``<prefix>.comm.<op>.calls`` and
-        ``.bytes`` of the call.  None when the ranks were out of step."""
+        test; their thresholds still apply); ``<prefix>.step_time_s``, informational, with
+        one sample per step; and, exact, ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the
+        call.  None when the ranks were out of step."""
         if self.desync:
             return []
         hints = {b.kind: b.suggestion for b in reversed(self.bottlenecks)}
@@ -867,6 +898,10 @@ class ProfileReport:
             out.append(Metric(f"{prefix}.overlap", self.overlap, "fraction", True,
                               hint=hints.get("low_overlap", ""), world_size=world_size,
                               kind=INFORMATIONAL))
+        if self.steps:
+            walls = tuple(s.wall_time_s for s in self.steps)
+            out.append(Metric(f"{prefix}.step_time_s", median_or_nan(walls), "s", False,
+                              samples=walls, world_size=world_size, kind=INFORMATIONAL))
         return out + comm_count_metrics(self.comm_counts, f"{prefix}.comm.", world_size, "")
 
 

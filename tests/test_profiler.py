@@ -86,6 +86,29 @@ def test_straggler_fails_the_verdict(dist_profiler):
     imbalance = next(b for b in report.bottlenecks if b.kind == "imbalance")
     assert imbalance.ranks == (1,)
     assert report.batch_shares[0] > report.batch_shares[1]
+
+@LENIENT
+def test_setup_and_steps(dist_profiler):
+    def build():  # DDP broadcasts the parameters here: that must not be in the profile
+        return torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
+    def train_step(ddp):
+        time.sleep(0.12 if dist.get_rank() == 1 else 0.03)  # rank 1: 4x the work, every step
+        ddp(torch.randn(8, 64)).sum().backward()
+        return dist.get_rank()
+    dist_profiler.warmup = 2  # DDP rebuilds its buckets (two small broadcasts) in step 2
+    report = dist_profiler(train_step, setup=build, steps=3)
+    assert report.results == (0, 1)
+    assert report.collective("broadcast") is None
+    assert report.collective("all_reduce").count == 3  # one gradient bucket per step
+    assert [s.index for s in report.steps] == [0, 1, 2]
+    assert [s.slowest_rank for s in report.steps] == [1, 1, 1]
+    assert report.persistent_straggler() == (1, 1.0)
+    assert all(s.compute_time_s[1] > 2 * s.compute_time_s[0] for s in report.steps)
+    assert all(s.wall_time_s >= 0.12 for s in report.steps)
+    events = json.loads(Path(report.trace_path).read_text())["traceEvents"]
+    steps = sorted((e["pid"], e["name"]) for e in events
+                   if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == [(r, f"ProfilerStep#{i}") for r in (0, 1) for i in range(3)]
 '''
 
 DEFAULT_DIR_TEST = r'''
@@ -110,7 +133,7 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
     pytester.makepyfile(test_profiled=PROFILE_TESTS)
     result = pytester.runpytest_subprocess(*BASE, "--distperf-trace", str(trace_dir),
                                            "--distperf-json", str(report_json))
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*test_straggler_fails_the_verdict*",
                                  "*profile.imbalance*max_imbalance*"])
     failure = result.stdout.str().split("test_straggler_fails_the_verdict", 1)[1]
@@ -120,6 +143,7 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
     assert files == ["test_profiled.py__test_profile_structure.trace.json",
                      "test_profiled.py__test_second_profile_and_one_rank.2.trace.json",
                      "test_profiled.py__test_second_profile_and_one_rank.trace.json",
+                     "test_profiled.py__test_setup_and_steps.trace.json",
                      "test_profiled.py__test_straggler_fails_the_verdict.trace.json"]
 
     tests = {t["nodeid"].split("::")[-1]: t for t in json.loads(report_json.read_text())["tests"]}
@@ -133,6 +157,11 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
     assert stored["trace_path"].endswith(".trace.json") and "results" not in stored
     straggler = {m["name"]: m for m in tests["test_straggler_fails_the_verdict"]["metrics"]}
     assert straggler["profile.imbalance"]["ranks"] == [1]
+    stepped = {m["name"]: m for m in tests["test_setup_and_steps"]["metrics"]}
+    assert len(stepped["profile.step_time_s"]["samples"]) == 3
+    assert stepped["profile.step_time_s"]["kind"] == "informational"
+    steps = tests["test_setup_and_steps"]["results"][0]["result"]["steps"]
+    assert [s["slowest_rank"] for s in steps] == [1, 1, 1]
 
 
 def test_default_trace_dir_is_the_tests_tmp_path(pytester: pytest.Pytester) -> None:
@@ -243,6 +272,10 @@ def test_profiler_rejects_bad_settings(tmp_path: Path, setting: str, value: Any,
         profiler(lambda: None)
     with pytest.raises(TypeError, match="callable"):
         _profiler(StandInGroup([], []), tmp_path)(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="steps"):
+        _profiler(StandInGroup([], []), tmp_path)(lambda: None, steps=0)
+    with pytest.raises(TypeError, match="setup must be a callable"):
+        _profiler(StandInGroup([], []), tmp_path)(lambda: None, setup=42)  # type: ignore[arg-type]
 
 
 def test_an_unwritable_trace_folder_says_which_file_and_option(tmp_path: Path) -> None:

@@ -570,3 +570,51 @@ def test_a_coalesced_kernel_is_communication_not_compute(kernel_metadata: bool) 
     assert (500.0, 800.0) in tl.comm
     assert tl.compute == ((100.0, 300.0),)  # the GEMM only: the 300 us kernel is not compute
     assert count_ops([tl.ops]) == (CommCount("all_gather", 2, 2 * 2048 * 4, "ranks 0,1"),)
+
+
+# -- the per-step view ---------------------------------------------------------------------------
+def _with_steps(trace: dict[str, Any], spans: Sequence[tuple[float, float]],
+                gpu_copy: bool = False) -> dict[str, Any]:
+    """``trace`` with ``ProfilerStep#<i>`` host annotations over ``spans`` (and, like Kineto on
+    CUDA, a copy of each on a GPU stream, which is not a step of its own)."""
+    for i, (start, end) in enumerate(spans):
+        trace["traceEvents"].append(_x(f"ProfilerStep#{i}", "user_annotation", start,
+                                       end - start))
+        if gpu_copy:
+            trace["traceEvents"].append(_x(f"ProfilerStep#{i}", "gpu_user_annotation", start + 3,
+                                           end - start, pid=0, tid=GPU_STREAM))
+    return trace
+
+
+def test_the_per_step_view_cuts_each_rank_at_its_steps() -> None:
+    spans = [(0, 500), (500, 1000)]
+    # step 0: rank 1 computes 400 us while rank 0 computes 100 us and then waits in the
+    # all-reduce; step 1: the other way round
+    traces = [
+        _with_steps(nccl_trace(0, compute=[(0, 100), (500, 400)],
+                               comms=[("all_reduce", 1024, 150, 340),
+                                      ("all_reduce", 1024, 900, 90)]), spans, gpu_copy=True),
+        _with_steps(nccl_trace(1, compute=[(0, 400), (500, 100)],
+                               comms=[("all_reduce", 1024, 400, 90),
+                                      ("all_reduce", 1024, 600, 390)]), spans, gpu_copy=True),
+    ]
+    report = T.analyse(traces)
+    assert [s.index for s in report.steps] == [0, 1]
+    assert [s.slowest_rank for s in report.steps] == [1, 0]
+    assert report.persistent_straggler() == (0, 0.5)
+    first = report.steps[0]
+    assert first.wall_time_s == pytest.approx(500e-6)
+    assert first.exposed_comm_s == pytest.approx((340e-6, 90e-6))
+    assert first.compute_time_s == pytest.approx((160e-6, 410e-6))
+    assert first.imbalance > 0.5
+    step_metric = next(m for m in report.metrics() if m.name == "profile.step_time_s")
+    assert step_metric.samples == pytest.approx((500e-6, 500e-6))
+    assert step_metric.kind == "informational"
+
+
+def test_no_per_step_view_when_the_ranks_marked_different_steps() -> None:
+    traces = [_with_steps(nccl_trace(0), [(0, 500), (500, 1000)]),
+              _with_steps(nccl_trace(1), [(0, 1000)])]
+    report = T.analyse(traces)
+    assert report.steps == () and report.persistent_straggler() is None
+    assert "profile.step_time_s" not in {m.name for m in report.metrics()}

@@ -14,22 +14,30 @@ from typing import Any
 
 from pytest_distperf.rank.clock import Clock
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import PROFILED_REGION, RankTrace
+from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP, RankTrace
 
 
 def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     warmup: int, record_shapes: bool, with_stack: bool,
-                    profile_memory: bool) -> RankTrace:
-    """What every rank runs: ``warmup`` plain calls, a barrier, one call under the profiler.
+                    profile_memory: bool, setup: Callable[[], Any] | None = None,
+                    steps: int = 1) -> RankTrace:
+    """What every rank runs: ``setup()`` once (when given; its result becomes ``fn``'s first
+    argument), ``warmup`` plain calls, a barrier, then ``steps`` calls under the profiler.
 
-    The profiled call is wrapped in a ``distperf:profiled_call`` annotation (the region the
-    analysis measures); on CUDA the device is synchronised inside it so that the region covers
-    the kernels the call launched.
+    The profiled calls are wrapped in a ``distperf:profiled_call`` annotation (the region the
+    analysis measures), and each in a ``ProfilerStep#<n>`` annotation (the per-step view;
+    torch.profiler's own name for steps). On CUDA the device is synchronised at the end of
+    each step, so that a step's span covers the kernels it launched.  The result is that of
+    the last call.
     """
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
 
     clock = Clock()
+    if setup is not None:
+        set_phase("dist_profiler: setup (not profiled)")
+        state = setup()
+        args = (state, *args)
     for i in range(warmup):
         set_phase(f"dist_profiler: warm-up call {i + 1}/{warmup}")
         fn(*args, **kwargs)
@@ -39,12 +47,15 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     activities = [ProfilerActivity.CPU]
     if clock.on_cuda:
         activities.append(ProfilerActivity.CUDA)
-    set_phase("dist_profiler: profiled call")
+    result = None
     with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
                   profile_memory=profile_memory) as prof,
           record_function(PROFILED_REGION)):
-        result = fn(*args, **kwargs)
-        clock.synchronize()
+        for step in range(steps):
+            set_phase(f"dist_profiler: profiled step {step + 1}/{steps}")
+            with record_function(f"{PROFILER_STEP}{step}"):
+                result = fn(*args, **kwargs)
+                clock.synchronize()
     set_phase("dist_profiler: exporting the trace")
     return RankTrace(exported(prof), result)
 

@@ -22,7 +22,13 @@ from pytest_distperf.findings import (
     small_message_bottlenecks,
 )
 from pytest_distperf.intervals import intersection_length, total_length
-from pytest_distperf.records import Bottleneck, CollectiveStat, ProfileReport, RankProfile
+from pytest_distperf.records import (
+    Bottleneck,
+    CollectiveStat,
+    ProfileReport,
+    RankProfile,
+    StepProfile,
+)
 from pytest_distperf.traces.census import count_ops
 from pytest_distperf.traces.desync import check_desync
 from pytest_distperf.traces.names import P2P
@@ -48,6 +54,38 @@ def rank_profile(tl: Timeline) -> RankProfile:
         collectives=len(collectives),
         comm_bytes=sum(op.nbytes for op in tl.ops),
     )
+
+
+def reference_rank(per_rank: Sequence[RankProfile]) -> RankProfile | None:
+    """The rank that waited least: it shows the cost of communication itself; the others add
+    the time they waited for it, which is imbalance (reported as such), not communication."""
+    with_comm = [p for p in per_rank if p.comm_time_s > 0]
+    if with_comm:
+        return min(with_comm, key=lambda p: (p.comm_overhead, p.rank))
+    return per_rank[0] if per_rank else None
+
+
+def step_profiles(tls: Sequence[Timeline], limit: float) -> tuple[StepProfile, ...]:
+    """The per-step view: the figures of each ``ProfilerStep`` span across the ranks; none
+    when the ranks marked different numbers of steps (or none)."""
+    counts = {len(tl.steps) for tl in tls}
+    if len(counts) != 1 or counts == {0}:
+        return ()
+    out = []
+    for index in range(counts.pop()):
+        per_rank = [rank_profile(tl.window(*tl.steps[index])) for tl in tls]
+        reference = reference_rank(per_rank)
+        wall = max(p.wall_time_s for p in per_rank)
+        compute = tuple(p.compute_time_s for p in per_rank)
+        exposed = tuple(p.exposed_comm_s for p in per_rank)
+        balance = load_balance(compute, exposed, step_time_s=wall, limit=limit)
+        slowest = max(per_rank, key=lambda p: (p.compute_time_s, -p.rank))
+        out.append(StepProfile(
+            index=index, wall_time_s=wall,
+            comm_overhead=reference.comm_overhead if reference else 0.0,
+            imbalance=balance.imbalance, slowest_rank=slowest.rank,
+            compute_time_s=compute, exposed_comm_s=exposed))
+    return tuple(out)
 
 
 def collective_stats(tls: Sequence[Timeline]) -> tuple[CollectiveStat, ...]:
@@ -84,11 +122,7 @@ def analyse(traces: Sequence[Mapping[str, Any]], *, ranks: Sequence[int] | None 
     sources = {tl.source for tl in tls} - {"none"}
     source = " + ".join(sorted(sources)) if sources else "none"
 
-    with_comm = [p for p in per_rank if p.comm_time_s > 0]
-    # The rank that waits least shows the cost of communication itself; the others add the
-    # time they waited for it, which is imbalance (reported as such), not communication.
-    reference = min(with_comm, key=lambda p: (p.comm_overhead, p.rank)) if with_comm \
-        else (per_rank[0] if per_rank else None)
+    reference = reference_rank(per_rank)
     comm_overhead = reference.comm_overhead if reference else 0.0
     overlap = reference.overlap if reference else 0.0
 
@@ -126,6 +160,7 @@ def analyse(traces: Sequence[Mapping[str, Any]], *, ranks: Sequence[int] | None 
         batch_shares=tuple(shares),
         results=tuple(results),
         comm_counts=count_ops([tl.ops for tl in tls]),
+        steps=step_profiles(tls, lim["max_imbalance"]),
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_distperf.config import format_bytes
 from pytest_distperf.intervals import clip_intervals, merge_intervals, union_length
-from pytest_distperf.records import PROFILED_REGION
+from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP
 from pytest_distperf.traces.merge import base_time_ns, trace_events
 from pytest_distperf.traces.names import (
     ALIASES,
@@ -80,6 +80,16 @@ class Timeline:
     compute: tuple[tuple[float, float], ...]  # merged intervals in which compute ran
     source: str  # "record_param_comms", "c10d ops", or "none"
     device: bool  # compute and communication are GPU kernels
+    steps: tuple[tuple[float, float], ...] = ()  # the ProfilerStep spans, in order
+
+    def window(self, start: float, end: float) -> Timeline:
+        """This timeline cut to ``[start, end]``: the collectives issued in it, the
+        communication and compute intervals clipped to it."""
+        return dataclasses.replace(
+            self, region=(start, end),
+            ops=tuple(op for op in self.ops if start <= op.start_us < end),
+            comm=tuple(clip_intervals(self.comm, start, end)),
+            compute=tuple(clip_intervals(self.compute, start, end)), steps=())
 
 
 @dataclasses.dataclass(slots=True)
@@ -145,7 +155,16 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
         compute=tuple(clip_intervals(merge_intervals(compute), *region)),
         source=source,
         device=bool(kernels),
+        steps=_steps(evs, region),
     )
+
+
+def _steps(evs: Sequence[_Ev], region: tuple[float, float]) -> tuple[tuple[float, float], ...]:
+    """The ``ProfilerStep#<n>`` spans inside the region, in order (the outermost of each;
+    the host's spans: a GPU timeline's copy of the annotation is not a step of its own)."""
+    spans = [e for e in evs if e.name.startswith(PROFILER_STEP) and not e.cat.startswith("gpu")
+             and e.cat != "kernel" and e.start >= region[0] and e.end <= region[1]]
+    return tuple((e.start, e.end) for e in _outermost(spans))
 
 
 def _calls(evs: Sequence[_Ev]) -> tuple[list[_Draft], str]:
