@@ -34,6 +34,7 @@ from pytest_distperf.records import (
     CommCount,
     CommSummary,
     LoadBalance,
+    NodeSplit,
     PairMatrix,
     PhaseStats,
     RankStep,
@@ -42,7 +43,7 @@ from pytest_distperf.records import (
     ScalingResult,
     StepTiming,
 )
-from pytest_distperf.topology import NodeSplit, spans_nodes, split_by_node
+from pytest_distperf.topology import spans_nodes, split_by_node
 from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 #: Per-rank compute time is this quantile of the rank's steps without synchronisation.

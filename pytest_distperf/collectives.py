@@ -9,6 +9,7 @@ place busbw is computed.  torch is imported only in :func:`plan`, to check a dty
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,17 +20,15 @@ from pytest_distperf.records import (
     BenchSpec,
     CollectiveResult,
     CollectiveRow,
-    Metric,
     PairMatrix,
     PairOutcome,
     PairRow,
     SizeOutcome,
     gbps,
 )
-from pytest_distperf.topology import NodeSplit, node_names
 
 if TYPE_CHECKING:
-    from pytest_distperf.group import DistGroup
+    pass
 
 #: The ops of ``bench``, in the order the suite runs them.
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
@@ -201,25 +200,11 @@ def build_pairs(spec: BenchSpec, per_rank: Sequence[PairOutcome], *, backend: st
                       spec.counts[0] * spec.element_size, spec.warmup, spec.iters, tuple(rows))
 
 
-def record_by_node(group: DistGroup, matrix: PairMatrix,
-                   remeasure: Callable[[], PairMatrix] | None = None) -> NodeSplit | None:
-    """When ``group``'s ranks span nodes, ``matrix`` (from ``group.bench_pairs``) seen by
-    node: intra-node and inter-node figures, recorded as the test's metrics
-    ``pairs.<size>.intra_node_busbw_gbps`` and ``pairs.<size>.inter_node_busbw_gbps``, and
-    findings naming a slow node or link with its ranks.  None (nothing recorded) on one node.
-    ``remeasure`` measures the matrix again, to confirm a suspected regression."""
+def with_nodes(matrix: PairMatrix, nodes: Sequence[str]) -> PairMatrix:
+    """``matrix`` with its view by node (``by_node``: intra-node and inter-node figures,
+    findings naming a slow node or link with its ranks) when the ranks span nodes;
+    ``nodes[r]`` is rank r's node (:func:`pytest_distperf.topology.node_names`)."""
     from pytest_distperf.analyzer import pairs_by_node  # numpy: only when it is used
 
-    nodes = node_names(group.engine.rank_info()[:group.world_size])
     split = pairs_by_node(matrix, nodes)
-    if split is None:
-        return None
-
-    def again() -> list[Metric]:
-        assert remeasure is not None
-        fresh = pairs_by_node(remeasure(), nodes)
-        return fresh.metrics() if fresh is not None else []
-
-    group.record(f"bench_pairs({matrix.label}) by node", split.metrics(), split,
-                 again if remeasure is not None else None)
-    return split
+    return dataclasses.replace(matrix, by_node=split) if split is not None else matrix

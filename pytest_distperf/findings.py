@@ -14,8 +14,14 @@ from collections.abc import Mapping, Sequence
 
 from pytest_distperf.config import format_bytes
 from pytest_distperf.quantiles import median_or_nan
-from pytest_distperf.records import Bottleneck, LoadBalance, RankTiming, ScalingPoint
-from pytest_distperf.topology import SLOW_LINK_RATIO, NodeSplit
+from pytest_distperf.records import (
+    Bottleneck,
+    LoadBalance,
+    NodeSplit,
+    RankTiming,
+    ScalingPoint,
+)
+from pytest_distperf.topology import SLOW_LINK_RATIO
 from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.

@@ -170,10 +170,13 @@ class DistGroup:
 
         ``size`` defaults to 4 MiB on CPU, 64 MiB on GPU.  The matrix points at a slow link
         (one slow pair) or a slow device (every pair with one rank slow).  Records
-        ``pairs.<size>.min_busbw_gbps`` (the slowest pair, higher is better).
+        ``pairs.<size>.min_busbw_gbps`` (the slowest pair, higher is better).  When the ranks
+        span nodes (torchrun across machines), the matrix's ``by_node`` view splits it into
+        intra-node and inter-node figures (also recorded) and names a slow node or link
+        (docs/cluster.md).
         """
         __tracebackhide__ = True
-        from pytest_distperf import collectives
+        from pytest_distperf import collectives, topology
         from pytest_distperf.rank.collectives import pairs_on_rank
 
         if self._size < 2:
@@ -186,9 +189,11 @@ class DistGroup:
         def once() -> PairMatrix:
             per_rank = self.call(pairs_on_rank,
                                  (spec.counts[0], spec.dtype, warmup, iters), {}, label)
-            return collectives.build_pairs(spec, per_rank, backend=self.backend,
-                                           device_type=self.device_type)
+            matrix = collectives.build_pairs(spec, per_rank, backend=self.backend,
+                                             device_type=self.device_type)
+            return collectives.with_nodes(matrix, nodes)
 
+        nodes = topology.node_names(self.engine.rank_info()[:self._size])
         return self._record_checked(label, once)
 
     def _record_checked(self, label: str, once: Callable[[], Checked]) -> Checked:

@@ -459,6 +459,13 @@ class PairMatrix:
     warmup: int
     iters: int
     pairs: tuple[PairRow, ...]
+    #: the matrix seen by node, when the ranks span nodes (docs/cluster.md)
+    by_node: NodeSplit | None = None
+
+    @property
+    def bottlenecks(self) -> tuple[Bottleneck, ...]:
+        """The findings about nodes and the links between them (none on one node)."""
+        return self.by_node.bottlenecks if self.by_node is not None else ()
 
     @property
     def wrong(self) -> int:
@@ -499,14 +506,16 @@ class PairMatrix:
 
     def metrics(self) -> list[Metric]:
         """``pairs.<size>.min_busbw_gbps``: per iteration, the slowest pair (higher is
-        better), so that a degraded link fails against its baseline."""
+        better), so that a degraded link fails against its baseline; and, when the ranks span
+        nodes, ``pairs.<size>.intra_node_busbw_gbps`` and ``.inter_node_busbw_gbps``."""
         if not self.pairs:
             return []
         per_iter = [min(gbps(self.size_bytes, p.samples_us[i]) for p in self.pairs)
                     for i in range(min(len(p.samples_us) for p in self.pairs))]
         value = min(p.busbw_gbps for p in self.pairs)
+        by_node = self.by_node.metrics() if self.by_node is not None else []
         return [Metric(f"pairs.{self.label}.min_busbw_gbps", value, "GB/s", True,
-                       tuple(per_iter), world_size=self.world_size)]
+                       tuple(per_iter), world_size=self.world_size), *by_node]
 
 
 # -- ddp_step_timer: training-step timing, scaling, bottlenecks ------------------------------
@@ -905,10 +914,87 @@ class ProfileReport:
         return out + comm_count_metrics(self.comm_counts, f"{prefix}.comm.", world_size, "")
 
 
+# -- bench_pairs seen by node (pytest_distperf/topology.py) ---------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeLink:
+    """The rank pairs that send from node ``src`` to node ``dst`` (within a node when
+    ``src == dst``): the median of their bandwidths and round trips, and the link's
+    best case (:data:`pytest_distperf.topology.FAST_QUANTILE` of every iteration's bandwidth)."""
+
+    src: str
+    dst: str
+    pairs: int
+    busbw_gbps: float
+    time_us: float
+    fast_gbps: float
+
+    @property
+    def inter_node(self) -> bool:
+        return self.src != self.dst
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SlowNode:
+    """A node whose links to the other nodes (``sends``) or from them (``receives``) are
+    slow: ``best_gbps`` is the best case of its best link in that direction, against
+    ``typical_gbps``, the typical best case of the links between the other nodes."""
+
+    node: str
+    ranks: tuple[int, ...]
+    sends: bool
+    receives: bool
+    best_gbps: float
+    typical_gbps: float
+
+    @property
+    def factor(self) -> float:
+        """How many times slower than the links between the other nodes."""
+        return self.typical_gbps / self.best_gbps if self.best_gbps > 0 else float("inf")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeSplit:
+    """``bench_pairs`` seen by node: intra-node and inter-node figures (the median of the
+    pairs' bandwidths and round trips; ``None`` where no pair is of that kind), the links
+    between nodes, the slow nodes (worst first) and slow links that no slow node explains,
+    and the analyzer's findings."""
+
+    label: str
+    size_bytes: int
+    world_size: int
+    nodes: tuple[str, ...]  # the node of each rank
+    intra_gbps: float | None
+    inter_gbps: float | None
+    intra_time_us: float | None
+    inter_time_us: float | None
+    intra_samples: tuple[float, ...]  # per iteration, the median bandwidth of the pairs
+    inter_samples: tuple[float, ...]
+    links: tuple[NodeLink, ...]
+    slow_nodes: tuple[SlowNode, ...]
+    slow_links: tuple[NodeLink, ...]
+    typical_link_gbps: float  # the typical best case of the links no slow node explains
+    bottlenecks: tuple[Bottleneck, ...] = ()
+
+    def ranks_of(self, node: str) -> tuple[int, ...]:
+        return tuple(rank for rank, name in enumerate(self.nodes) if name == node)
+
+    def metrics(self) -> list[Metric]:
+        """``pairs.<size>.intra_node_busbw_gbps`` and ``pairs.<size>.inter_node_busbw_gbps``
+        (higher is better), each where there are pairs of that kind."""
+        out = []
+        for kind, value, samples in (("intra", self.intra_gbps, self.intra_samples),
+                                     ("inter", self.inter_gbps, self.inter_samples)):
+            if value is not None:
+                out.append(Metric(f"pairs.{self.label}.{kind}_node_busbw_gbps", value, "GB/s",
+                                  True, samples, world_size=self.world_size))
+        return out
+
+
 # -- a whole test, for the JSON report and pytest-xdist ----------------------------------------
 #: The result types a measurement may carry, by name (how a result dict is typed again).
 RESULT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    MeasureResult, CollectiveResult, PairMatrix, StepTiming, ScalingResult, ProfileReport)}
+    MeasureResult, CollectiveResult, PairMatrix, StepTiming, ScalingResult, ProfileReport,
+    NodeSplit)}
 
 
 def record_to_dict(record: TestRecord) -> dict[str, Any]:

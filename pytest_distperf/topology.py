@@ -15,12 +15,11 @@ between the other nodes are the reference, and the node common to the slow links
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_distperf.quantiles import median, median_or_nan, quantile_or_nan
-from pytest_distperf.records import Bottleneck, Metric, PairMatrix, PairRow, gbps
+from pytest_distperf.records import NodeLink, NodeSplit, PairMatrix, PairRow, SlowNode, gbps
 
 #: A rank's node rank where neither torchrun nor Slurm gave one: its host name names its node.
 UNKNOWN_NODE_RANK = -1
@@ -59,81 +58,6 @@ def ranks_by_node(nodes: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 def spans_nodes(nodes: Sequence[str]) -> bool:
     return len(set(nodes)) > 1
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeLink:
-    """The rank pairs that send from node ``src`` to node ``dst`` (within a node when
-    ``src == dst``): the median of their bandwidths and round trips, and the link's
-    best case (:data:`FAST_QUANTILE` of every iteration's bandwidth)."""
-
-    src: str
-    dst: str
-    pairs: int
-    busbw_gbps: float
-    time_us: float
-    fast_gbps: float
-
-    @property
-    def inter_node(self) -> bool:
-        return self.src != self.dst
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SlowNode:
-    """A node whose links to the other nodes (``sends``) or from them (``receives``) are
-    slow: ``best_gbps`` is the best case of its best link in that direction, against
-    ``typical_gbps``, the typical best case of the links between the other nodes."""
-
-    node: str
-    ranks: tuple[int, ...]
-    sends: bool
-    receives: bool
-    best_gbps: float
-    typical_gbps: float
-
-    @property
-    def factor(self) -> float:
-        """How many times slower than the links between the other nodes."""
-        return self.typical_gbps / self.best_gbps if self.best_gbps > 0 else float("inf")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeSplit:
-    """``bench_pairs`` seen by node: intra-node and inter-node figures (the median of the
-    pairs' bandwidths and round trips; ``None`` where no pair is of that kind), the links
-    between nodes, the slow nodes (worst first) and slow links that no slow node explains,
-    and the analyzer's findings."""
-
-    label: str
-    size_bytes: int
-    world_size: int
-    nodes: tuple[str, ...]  # the node of each rank
-    intra_gbps: float | None
-    inter_gbps: float | None
-    intra_time_us: float | None
-    inter_time_us: float | None
-    intra_samples: tuple[float, ...]  # per iteration, the median bandwidth of the pairs
-    inter_samples: tuple[float, ...]
-    links: tuple[NodeLink, ...]
-    slow_nodes: tuple[SlowNode, ...]
-    slow_links: tuple[NodeLink, ...]
-    typical_link_gbps: float  # the typical best case of the links no slow node explains
-    bottlenecks: tuple[Bottleneck, ...] = ()
-
-    def ranks_of(self, node: str) -> tuple[int, ...]:
-        return ranks_by_node(self.nodes).get(node, ())
-
-    def metrics(self) -> list[Metric]:
-        """``pairs.<size>.intra_node_busbw_gbps`` and ``pairs.<size>.inter_node_busbw_gbps``
-        (higher is better), each where there are pairs of that kind."""
-        out = []
-        for kind, value, samples in (("intra", self.intra_gbps, self.intra_samples),
-                                     ("inter", self.inter_gbps, self.inter_samples)):
-            if value is not None:
-                out.append(Metric(f"pairs.{self.label}.{kind}_node_busbw_gbps", value, "GB/s",
-                                  True, samples, world_size=self.world_size))
-        return out
 
 
 def split_by_node(matrix: PairMatrix, nodes: Sequence[str]) -> NodeSplit:

@@ -276,6 +276,8 @@ def test_pairs(nccl_group):
     assert len(grid) == 4 and all(grid[i][i] is None for i in range(4))
     assert len(m.pairs) == 12 and m.wrong == 0 and m.size_bytes == 8192
     assert all(grid[p.src][p.dst] == p.busbw_gbps > 0 for p in m.pairs)
+    assert m.by_node is None and m.bottlenecks == ()  # one machine: no view by node
+    assert [x.name for x in m.metrics()] == ["pairs.8KiB.min_busbw_gbps"]
 
 
 def corrupt_all_reduce_on_rank_1():

@@ -43,7 +43,6 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_distperf.collectives import record_by_node
 from pytest_distperf.topology import node_names
 
 # 4 CPU ranks on 2 cores: this suite checks the multi-node plumbing, not the speed
@@ -81,7 +80,7 @@ def test_ddp_step(ddp_step_timer):
 
 def test_pairs_by_node(nccl_group):
     matrix = nccl_group.bench_pairs("64KiB", warmup=1, iters=int(os.environ["PAIR_ITERS"]))
-    split = record_by_node(nccl_group, matrix)
+    split = matrix.by_node  # bench_pairs sees that the ranks span nodes
     assert split is not None and split.inter_gbps > 0
     slow = os.environ.get("DISTPERF_TEST_SLOW")
     if slow:
@@ -205,7 +204,8 @@ def test_two_torchrun_agents_run_one_four_rank_job(tmp_path: Path) -> None:
     metrics = {m["name"]: m["value"] for m in pairs["metrics"]}
     assert metrics["pairs.64KiB.intra_node_busbw_gbps"] > 0
     assert metrics["pairs.64KiB.inter_node_busbw_gbps"] > 0
-    (split,) = [r["result"] for r in pairs["results"] if r["kind"] == "NodeSplit"]
+    (matrix,) = [r["result"] for r in pairs["results"] if r["kind"] == "PairMatrix"]
+    split = matrix["by_node"]
     assert sorted(set(split["nodes"])) == [f"node 0 ({socket.gethostname()})",
                                            f"node 1 ({socket.gethostname()})"]
     assert {(k["src"] != k["dst"], k["pairs"]) for k in split["links"]} == {(False, 2),
@@ -319,8 +319,8 @@ def test_three_nodes_the_analyzer_names_the_slow_node(network: Network, fault: s
     (home,) = reports(folders)
     data = json.loads((home / "report.json").read_text())
     (pairs,) = [t for t in data["tests"] if t["nodeid"].endswith("test_pairs_by_node")]
-    (split,) = [r["result"] for r in pairs["results"] if r["kind"] == "NodeSplit"]
-    worst = split["bottlenecks"][0]
+    (matrix,) = [r["result"] for r in pairs["results"] if r["kind"] == "PairMatrix"]
+    worst = matrix["by_node"]["bottlenecks"][0]
     assert worst["kind"] == "slow_node"
     assert worst["description"].startswith("node ") and f"{network.tag}-node{slow})" in \
         worst["description"].split(" is slow")[0]
