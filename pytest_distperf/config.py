@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from pathlib import Path
 from typing import TypeGuard
@@ -19,6 +20,14 @@ DEFAULT_BASELINES_DIRNAME = "perf_baselines"
 DEFAULT_TIMEOUT_S = 300.0
 #: Shorter hang timeouts are refused: they would declare every call hung.
 MIN_TIMEOUT_S = 1.0
+#: Longer ones are refused: a week is beyond any CI job, and far longer waits overflow the
+#: operating system's (a timeout of 1e300 s ended in an OverflowError).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+#: The most ranks ``--gpus`` may ask for: more than any one machine has GPUs or cores for
+#: (``--gpus 99999999`` would have started that many processes).
+MAX_WORLD_SIZE = 1024
+#: The largest byte count a size may be (a tensor's size in bytes is a 64-bit integer).
+MAX_SIZE_BYTES = 2**63 - 1
 
 #: Threshold defaults (docs/contract.md); overridable per environment (baselines) and per test.
 DEFAULT_THRESHOLDS: dict[str, float] = {
@@ -40,6 +49,15 @@ class ConfigError(ValueError):
     """A bad option, ini value or marker argument; the message says which and why."""
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, shortened when long (a 5000-digit value, a
+    pasted file): the start, and how long it was."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}... ({len(text)} characters)"
+
+
 def is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is a whole number: an int, and not a bool (which is one to Python)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -49,7 +67,7 @@ def require_int(value: object, what: str, least: int) -> int:
     """``value`` when it is an int >= ``least``; else ValueError: ``<what> must be an int >=
     <least>, got <value>``."""
     if not is_int(value) or value < least:
-        raise ValueError(f"{what} must be an int >= {least}, got {value!r}")
+        raise ValueError(f"{what} must be an int >= {least}, got {shown(value)}")
     return value
 
 
@@ -72,12 +90,17 @@ def parse_gpus(value: object, source: str) -> int:
     text = str(value).strip()
     try:
         n = int(text)
-    except ValueError:
+    except ValueError:  # also a number of more digits than int() reads
         raise ConfigError(
-            f"--gpus: expected a whole number of ranks >= 1, got {text!r} (from {source})"
+            f"--gpus: expected a whole number of ranks >= 1, got {shown(text)} (from {source})"
         ) from None
     if n < 1:
         raise ConfigError(f"--gpus: the world size must be at least 1, got {n} (from {source})")
+    if n > MAX_WORLD_SIZE:
+        raise ConfigError(
+            f"--gpus: {shown(n)} ranks are more than one machine runs (at most "
+            f"{MAX_WORLD_SIZE}); for a job across machines start pytest under torchrun "
+            f"(from {source})")
     return n
 
 
@@ -85,7 +108,7 @@ def parse_backend(value: object, source: str) -> str:
     text = str(value).strip().lower()
     if text not in BACKENDS:
         raise ConfigError(
-            f"--distperf-backend: expected one of {', '.join(BACKENDS)}, got {value!r} "
+            f"--distperf-backend: expected one of {', '.join(BACKENDS)}, got {shown(value)} "
             f"(from {source})"
         )
     return text
@@ -97,17 +120,22 @@ def parse_timeout(value: object, source: str) -> float:
         seconds = float(text)
     except ValueError:
         raise ConfigError(
-            f"--distperf-timeout: expected a number of seconds, got {text!r} (from {source})"
-        ) from None
+            f"--distperf-timeout: expected a number of seconds, got {shown(text)} "
+            f"(from {source})") from None
     if not (seconds > 0 and math.isfinite(seconds)):
         raise ConfigError(
-            f"--distperf-timeout: expected a positive, finite number of seconds, got {text!r} "
-            f"(from {source})"
+            f"--distperf-timeout: expected a positive, finite number of seconds, got "
+            f"{shown(text)} (from {source})"
         )
     if seconds < MIN_TIMEOUT_S:
         raise ConfigError(
-            f"--distperf-timeout: {text} s is too short for any call on the ranks (a barrier "
-            f"alone can take that long); use at least {MIN_TIMEOUT_S:g} (from {source})")
+            f"--distperf-timeout: {shown(text)} s is too short for any call on the ranks (a "
+            f"barrier alone can take that long); use at least {MIN_TIMEOUT_S:g} "
+            f"(from {source})")
+    if seconds > MAX_TIMEOUT_S:
+        raise ConfigError(
+            f"--distperf-timeout: {shown(text)} s is longer than any call should wait; use at "
+            f"most {MAX_TIMEOUT_S:g} (a week) (from {source})")
     return seconds
 
 
@@ -119,7 +147,7 @@ def parse_bool(value: object, option: str, source: str) -> bool:
         return True
     if text in ("0", "false", "no", "off", ""):
         return False
-    raise ConfigError(f"{option}: expected true or false, got {value!r} (from {source})")
+    raise ConfigError(f"{option}: expected true or false, got {shown(value)} (from {source})")
 
 
 def parse_tolerance(value: object, name: str, source: str) -> float:
@@ -128,7 +156,7 @@ def parse_tolerance(value: object, name: str, source: str) -> float:
     number = parse_fraction(value, name, source)
     if number > 1:
         raise ConfigError(
-            f"{name}: the tolerance is a fraction (0.10 means 10%), got {value!r}; for "
+            f"{name}: the tolerance is a fraction (0.10 means 10%), got {shown(value)}; for "
             f"{number:g}% write {number / 100:g} (from {source})")
     return number
 
@@ -136,45 +164,69 @@ def parse_tolerance(value: object, name: str, source: str) -> float:
 def parse_fraction(value: object, name: str, source: str) -> float:
     """A threshold or tolerance: a finite number >= 0."""
     if isinstance(value, bool):
-        raise ConfigError(f"{name}: expected a number, got {value!r} (from {source})")
+        raise ConfigError(f"{name}: expected a number, got {shown(value)} (from {source})")
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected a number, got {value!r} (from {source})") from None
+        raise ConfigError(
+            f"{name}: expected a number, got {shown(value)} (from {source})") from None
+    except OverflowError:  # an int or a Fraction beyond any float
+        number = math.inf
     if not (number >= 0 and math.isfinite(number)):
-        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r} (from {source})")
+        raise ConfigError(
+            f"{name}: expected a finite number >= 0, got {shown(value)} (from {source})")
     return number
 
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*((?:[KMGT]i?)?B?)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*((?:[KMGT]i?)?B?)?\s*$",
+                      re.IGNORECASE | re.ASCII)
 _UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+#: More digits, before or after the point, than any byte count up to MAX_SIZE_BYTES needs
+#: (and far fewer than int() reads: it refuses more than 4300).
+_MAX_SIZE_DIGITS = 40
 
 
 def parse_size(value: object) -> int:
     """A byte count from an int or a string such as ``"64KiB"``, ``"16MiB"``, ``"1GiB"``.
 
-    Binary units throughout (``K``, ``KB`` and ``KiB`` all mean 1024).  Raises ``ValueError``
-    with the bad value and the accepted forms.
+    Binary units throughout (``K``, ``KB`` and ``KiB`` all mean 1024); decimals that come to
+    whole bytes (``"1.5KiB"``), computed exactly.  Raises ``ValueError`` with the bad value
+    and the accepted forms; a count above :data:`MAX_SIZE_BYTES` is refused.
     """
     if isinstance(value, bool):
-        raise ValueError(f"size must be a byte count or a string like '64KiB', got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size must be >= 0 bytes, got {value}")
-        return value
-    if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if match:
-            number = float(match.group(1))
-            unit = (match.group(2) or "").upper().replace("I", "").rstrip("B") or ""
-            if unit in _UNITS:
-                size = number * _UNITS[unit]
-                if size == int(size):
-                    return int(size)
-    raise ValueError(
-        f"bad size {value!r}: use a byte count (int) or a string like '512', '64KiB', "
-        f"'16MiB', '1GiB'"
-    )
+        raise ValueError(
+            f"size must be a byte count or a string like '64KiB', got {shown(value)}")
+    size: int | None = None
+    if isinstance(value, numbers.Integral):  # int, numpy's integers
+        size = int(value)
+    elif isinstance(value, str):
+        size = _size_from_text(value)
+    if size is None:
+        raise ValueError(
+            f"bad size {shown(value)}: use a byte count (int) or a string like '512', "
+            f"'64KiB', '16MiB', '1GiB'")
+    if size < 0:
+        raise ValueError(f"size must be >= 0 bytes, got {shown(value)}")
+    if size > MAX_SIZE_BYTES:
+        raise ValueError(f"size {shown(value)} is larger than any tensor can be "
+                         f"(at most {MAX_SIZE_BYTES} bytes)")
+    return size
+
+
+def _size_from_text(text: str) -> int | None:
+    """The byte count ``text`` spells; None when it spells none (or not whole bytes)."""
+    match = _SIZE_RE.match(text)
+    if not match:
+        return None
+    whole, unit = match.group(1).lstrip("0"), match.group(3) or ""
+    decimals = (match.group(2) or "").rstrip("0")
+    if len(whole) > _MAX_SIZE_DIGITS:
+        return MAX_SIZE_BYTES + 1  # refused as too large, never read digit by digit
+    if len(decimals) > _MAX_SIZE_DIGITS:
+        return None  # no whole number of bytes
+    numerator = int(whole + decimals or "0") * _UNITS[unit.upper().replace("I", "").rstrip("B")]
+    denominator = 10 ** len(decimals)
+    return numerator // denominator if numerator % denominator == 0 else None
 
 
 def format_size(nbytes: int) -> str:
@@ -198,7 +250,7 @@ def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, f
     unknown = sorted(set(kwargs) - set(MARKER_KEYWORDS))
     if unknown:
         raise ConfigError(
-            f"@pytest.mark.distperf on {where}: unknown keyword {unknown[0]!r}; "
+            f"@pytest.mark.distperf on {where}: unknown keyword {shown(unknown[0])}; "
             f"valid keywords: {', '.join(MARKER_KEYWORDS)}"
         )
     out: dict[str, float | int] = {}
@@ -209,7 +261,7 @@ def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, f
             if not is_int(value) or value < 1:
                 raise ConfigError(
                     f"@pytest.mark.distperf on {where}: world_size must be an int >= 1, "
-                    f"got {value!r}"
+                    f"got {shown(value)}"
                 )
             out[key] = value
         elif key == "tolerance":

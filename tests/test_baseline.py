@@ -231,6 +231,25 @@ BAD_FILES = {
                             "measurements must list the sizes"),
     "too_deep": (GOOD_HEAD + "x = " + "[" * 5000 + "]" * 5000 + "\n", None,
                  "nested too deeply to read"),
+    # found by tests/test_fuzz.py: read, then a save died in a RecursionError
+    "deep_dotted_key": (GOOD_HEAD + "x." + "a." * 3000 + "b = 1\n", 3,
+                        "nested too deeply to read"),
+    "deep_but_readable": (GOOD_HEAD + "x = " + "[" * 100 + "]" * 100 + "\n", None,
+                          "nested too deeply to read"),
+    # found by tests/test_fuzz.py: a raw ValueError, then OverflowErrors
+    "too_many_digits": (GOOD_HEAD + "x = 1" + "0" * 5000 + "\n", 3,
+                        "a number of more than 4300 digits"),
+    "huge_value": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                   'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                   'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                   '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n'
+                   'higher_is_better = false\nvalue = 1' + "0" * 400 + "\n", 14,
+                   "value must be a finite number, got 1000"),
+    "huge_threshold": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\ndevice_type = "cpu"\n'
+                       'device_model = "m"\ndevice_count = 0\nworld_size = 2\n'
+                       'torch_version = "2"\nnccl_version = ""\n'
+                       '[environments.e.thresholds]\nmax_imbalance = 1' + "0" * 400 + "\n", 12,
+                       "max_imbalance must be a number >= 0, got 1000"),
 }
 
 
@@ -250,6 +269,15 @@ def test_bad_files_are_refused_and_left_unchanged(tmp_path: Path, kind: str) -> 
         save(path, "test_a", CPU, **{"w.time_s": stored()})
     assert path.read_bytes() == raw
     assert [p.name for p in tmp_path.iterdir()] == ["test_x.toml"]
+
+
+def test_a_bad_file_is_one_line_of_error_whatever_its_keys_hold(tmp_path: Path) -> None:
+    """Found by tests/test_fuzz.py: a test name with a newline split the error in two."""
+    path = tmp_path / "test_x.toml"
+    path.write_text(BAD_FILES["bad_metric"][0].replace("[tests.t.", '[tests."a\\nb".'))
+    with pytest.raises(bl.BaselineError) as info:
+        bl.load(path)
+    assert "\n" not in str(info.value) and "metric 'a\\nb' / e / w.time_s" in str(info.value)
 
 
 # -- statistics ------------------------------------------------------------------------------

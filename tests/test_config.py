@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import json
 import math
 import os
 
+import numpy as np
 import pytest
 
 from pytest_distperf.config import (
@@ -227,3 +229,35 @@ def test_more_ranks_than_cores_is_said_in_the_header(pytester: pytest.Pytester) 
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"distperf: warning: {cores + 1} ranks on {cores} CPU cores: *"])
+
+
+def test_what_the_fuzzer_found_in_option_and_marker_values() -> None:
+    """Minimal examples from tests/test_fuzz.py: each was a raw exception, a wrong value or
+    a value that could not work."""
+    with pytest.raises(ConfigError, match="max_imbalance: expected a finite number >= 0"):
+        validate_marker_kwargs({"max_imbalance": 10**400}, "t")  # was an OverflowError
+    with pytest.raises(ConfigError, match="expected a finite number >= 0"):
+        parse_tolerance(fractions.Fraction(10**400, 3), "tolerance", "x")
+    with pytest.raises(ConfigError, match="longer than any call should wait; use at most "
+                                          "604800"):
+        parse_timeout("1e300", "the command line")  # was accepted, then an OverflowError
+    assert parse_timeout("604800", "x") == 604800.0
+    with pytest.raises(ConfigError, match="1025 ranks are more than one machine runs"):
+        parse_gpus("1025", "the command line")  # would have started 1025 processes
+    assert parse_gpus("1024", "x") == 1024
+    with pytest.raises(ConfigError) as info:
+        parse_gpus("9" * 5000, "the command line")
+    assert len(str(info.value)) < 200 and "(5002 characters)" in str(info.value)
+
+
+def test_what_the_fuzzer_found_in_sizes() -> None:
+    assert parse_size("9007199254740993") == 9007199254740993  # was 9007199254740992
+    assert parse_size(str(2**63 - 1)) == 2**63 - 1
+    for too_big in ("1" + "0" * 400, "9" * 5000, 2**63):  # was an OverflowError
+        with pytest.raises(ValueError, match="size"):
+            parse_size(too_big)
+    assert parse_size("0") == 0 and parse_size("0.5KiB") == 512
+    assert parse_size(np.int64(1024)) == 1024  # numpy's integers are byte counts too
+    for not_ascii in ("\u0663", "\uff12KiB", "4\u212a"):  # Arabic 3, fullwidth 2, Kelvin K
+        with pytest.raises(ValueError, match="bad size"):
+            parse_size(not_ascii)

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int
+from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, shown
 from pytest_distperf.files import write_atomically
 from pytest_distperf.quantiles import median_or_nan
 from pytest_distperf.records import EXACT, METRIC_KINDS, Environment
@@ -40,6 +40,9 @@ import tomli_w
 SCHEMA_VERSION = 1
 #: Units of a time: never negative in a baseline.
 TIME_UNITS = ("s", "ms", "us", "ns")
+#: How deeply tables and arrays may nest in a baseline file (its layout needs 7 levels):
+#: far deeper ones could be read but not written back (the writer recurses).
+MAX_NESTING = 32
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 _ENV_FIELDS: tuple[tuple[str, type], ...] = (
@@ -244,17 +247,47 @@ def parse(path: Path, raw: bytes) -> BaselineFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BaselineError(path, raw[: exc.start].count(b"\n") + 1, "not UTF-8 text") from None
+    too_deep = (f"nested too deeply to read (arrays or tables more than {MAX_NESTING} "
+                "levels inside each other)")
+    long_key = _LONG_DOTTED_KEY.search(text)
+    if long_key:  # refused before tomllib, which takes time quadratic in a key's parts
+        raise BaselineError(path, text[: long_key.start()].count("\n") + 1, too_deep)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         match = re.search(r"line (\d+)", str(exc))
         raise BaselineError(path, int(match.group(1)) if match else None,
                             f"not valid TOML ({exc})") from None
+    except ValueError:  # int() refuses numbers of that many digits (not a TOMLDecodeError)
+        limit = sys.get_int_max_str_digits()
+        match = re.search(rf"[0-9][0-9_]{{{limit},}}", text)
+        raise BaselineError(path, text[: match.start()].count("\n") + 1 if match else None,
+                            f"a number of more than {limit} digits") from None
     except RecursionError:
-        raise BaselineError(path, None, "nested too deeply to read (arrays or tables inside "
-                                        "each other thousands of levels down)") from None
+        raise BaselineError(path, None, too_deep) from None
+    if _nesting(data) > MAX_NESTING:
+        raise BaselineError(path, None, too_deep)
     _validate(path, text, data)
     return BaselineFile(path, data)
+
+
+#: A key of more dotted parts than MAX_NESTING allows, at the start of a line or a header.
+_LONG_DOTTED_KEY = re.compile(
+    r"""^[ \t]*\[*[ \t]*(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*)"""
+    rf"{{{MAX_NESTING},}}", re.MULTILINE)
+
+
+def _nesting(data: Any) -> int:
+    """How many levels of tables and arrays ``data`` has, counted without recursion (and
+    only up to one level past :data:`MAX_NESTING`)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack and deepest <= MAX_NESTING:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1)
+                         for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
@@ -265,17 +298,18 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
     if version is None:
         raise fail([], "not a pytest-distperf baseline file (no schema_version key)")
     if not is_int(version):
-        raise fail(["schema_version"], f"schema_version must be an integer, got {version!r}")
+        raise fail(["schema_version"],
+                   f"schema_version must be an integer, got {shown(version)}")
     if version < SCHEMA_VERSION:
         raise fail(["schema_version"],
-                   f"stale schema version {version} (this pytest-distperf reads version "
+                   f"stale schema version {shown(version)} (this pytest-distperf reads version "
                    f"{SCHEMA_VERSION})",
                    "move it aside and run with --distperf-save to write current baselines; "
                    "the file was left unchanged")
     if version > SCHEMA_VERSION:
         raise fail(["schema_version"],
-                   f"schema version {version} was written by a newer pytest-distperf (this "
-                   f"one reads version {SCHEMA_VERSION})",
+                   f"schema version {shown(version)} was written by a newer pytest-distperf "
+                   f"(this one reads version {SCHEMA_VERSION})",
                    "upgrade pytest-distperf; the file was left unchanged")
     envs = data.get("environments", {})
     if not isinstance(envs, dict):
@@ -290,7 +324,7 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise fail(["environments", env_id],
                            f"environment {env_id!r}: {name} must be a {kind.__name__}, "
-                           f"got {value!r}")
+                           f"got {shown(value)}")
         limits = env.get("thresholds", {})
         if not isinstance(limits, dict):
             raise fail(["environments", env_id, "thresholds"],
@@ -302,11 +336,12 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
                            f"{', '.join(THRESHOLD_KEYS)})")
             if not _is_number(value) or not value >= 0:
                 raise fail(["environments", env_id, "thresholds", key],
-                           f"environment {env_id!r}: {key} must be a number >= 0, got {value!r}")
+                           f"environment {env_id!r}: {key} must be a number >= 0, got "
+                           f"{shown(value)}")
             if key == "tolerance" and value > 1:
                 raise fail(["environments", env_id, "thresholds", key],
                            f"environment {env_id!r}: tolerance is a fraction (0.10 means 10%), "
-                           f"got {value!r}")
+                           f"got {shown(value)}")
     tests = data.get("tests", {})
     if not isinstance(tests, dict):
         raise fail(["tests"], "'tests' must be a table")
@@ -322,12 +357,17 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
             if not isinstance(metrics, dict):
                 raise fail(where, f"test {test!r}, environment {env_id!r}: no metrics table")
             for name, table in metrics.items():
-                _validate_metric(fail, [*where, name], f"{test} / {env_id} / {name}", table)
+                label = " / ".join(k if k.isprintable() else repr(k) for k in (*where, name))
+                _validate_metric(fail, [*where, name], label, table)
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None:
@@ -340,11 +380,11 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
                    f"metric {label}: higher_is_better must be true or false")
     if not _is_number(table.get("value")):
         raise fail([*keys, "value"], f"metric {label}: value must be a finite number, "
-                                     f"got {table.get('value')!r}")
+                                     f"got {shown(table.get('value'))}")
     if table.get("kind", "") not in METRIC_KINDS:
         raise fail([*keys, "kind"], f"metric {label}: kind must be one of "
                                     f"{', '.join(repr(k) for k in METRIC_KINDS if k)}, "
-                                    f"got {table.get('kind')!r}")
+                                    f"got {shown(table.get('kind'))}")
     samples = table.get("samples", [])
     if not isinstance(samples, list) or not all(_is_number(v) for v in samples):
         raise fail([*keys, "samples"], f"metric {label}: samples must be a list of numbers")
