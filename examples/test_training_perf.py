@@ -70,19 +70,25 @@ def test_ddp_training_step(ddp_step_timer):
     assert len(timing.per_rank) == ddp_step_timer.world_size
 
 
+def build() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
+    """Run once on every rank, outside the profile (DDP's parameter broadcast included)."""
+    model = nn.parallel.DistributedDataParallel(make_model())
+    return model, torch.optim.SGD(model.parameters(), lr=0.01), make_batch(dist.get_rank())
+
+
+def train_step(state: tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]) -> None:
+    model, optimizer, batch = state
+    optimizer.zero_grad()
+    model(batch).sum().backward()
+    optimizer.step()
+
+
 def test_profiled_training(dist_profiler):
     """Three DDP training steps profiled on every rank, merged into one Perfetto trace."""
-    def train() -> None:
-        model = nn.parallel.DistributedDataParallel(make_model())
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        batch = make_batch(dist.get_rank())
-        for _ in range(3):
-            optimizer.zero_grad()
-            model(batch).sum().backward()
-            optimizer.step()
-
-    report = dist_profiler(train)
+    dist_profiler.warmup = 2  # DDP rebuilds its buckets in its second step: before the profile
+    report = dist_profiler(train_step, setup=build, steps=3)
     assert len(report.per_rank) == report.world_size
+    assert len(report.steps) == 3 and report.collective("broadcast") is None
     assert report.collective("all_reduce") is not None
 
 
