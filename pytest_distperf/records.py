@@ -811,6 +811,33 @@ class RankProfile:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CollectiveTiming:
+    """One collective of a profiled call, matched across the ranks on the merged clock: when
+    each rank arrived (started running it), relative to the first arrival; ``transfer_s``
+    from the last rank's arrival to the end (the collective's own time: nobody waits any
+    more); each rank's wait is the last arrival minus its own; ``busbw_gbps`` nccl-tests' bus
+    bandwidth over the transfer time (NaN for a barrier)."""
+
+    index: int  # position in its process group's order, from 0
+    name: str
+    group: str
+    nbytes: int
+    arrivals_s: tuple[float, ...]  # per rank, in rank order
+    last_rank: int
+    transfer_s: float
+    busbw_gbps: float
+
+    @property
+    def skew_s(self) -> float:
+        """The spread of the arrivals: how long the first rank waited for the last."""
+        return max(self.arrivals_s, default=0.0)
+
+    @property
+    def waits_s(self) -> tuple[float, ...]:
+        return tuple(self.skew_s - a for a in self.arrivals_s)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepProfile:
     """One step of a profiled call (a ``ProfilerStep#<index>`` span on every rank), with the
     figures of the whole call computed over that step alone: ``wall_time_s`` is the longest
@@ -870,12 +897,30 @@ class ProfileReport:
     batch_shares: tuple[float, ...] = ()
     comm_counts: tuple[CommCount, ...] = ()  # collectives of the call by kind and group
     steps: tuple[StepProfile, ...] = ()  # the per-step view (one per ProfilerStep span)
+    timings: tuple[CollectiveTiming, ...] = ()  # wait vs transfer, collective by collective
     results: tuple[Any, ...] = dataclasses.field(
         default=(), repr=False, compare=False, metadata={"transient": True})
 
     def collective(self, name: str) -> CollectiveStat | None:
         """The stats of one collective (``"all_reduce"``), or None when it did not run."""
         return next((c for c in self.collectives if c.name == name), None)
+
+    def waits_s(self) -> tuple[float, ...]:
+        """Per rank (in rank order), the time it waited for the last rank to arrive, summed
+        over the collectives of the call."""
+        if not self.timings:
+            return ()
+        return tuple(sum(t.waits_s[i] for t in self.timings)
+                     for i in range(len(self.timings[0].arrivals_s)))
+
+    def latest_arrival(self) -> tuple[int, float] | None:
+        """The rank that arrived last at most collectives, and the share of the collectives
+        it did (the first such rank on a tie); None without matched collectives."""
+        if not self.timings:
+            return None
+        last = [t.last_rank for t in self.timings]
+        rank = max(sorted(set(last)), key=last.count)
+        return rank, last.count(rank) / len(last)
 
     def persistent_straggler(self) -> tuple[int, float] | None:
         """The rank that was slowest in most steps, and the share of the steps it was (the
@@ -889,8 +934,10 @@ class ProfileReport:
     def metrics(self, prefix: str = "profile", world_size: int = 0) -> list[Metric]:
         """``<prefix>.comm_overhead``, ``<prefix>.imbalance`` and, where there was
         communication, ``<prefix>.overlap``: informational (one call has no samples to
-        test; their thresholds still apply); ``<prefix>.step_time_s``, informational, with
-        one sample per step; and, exact, ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the
+        test; their thresholds still apply); ``<prefix>.arrival_skew_s`` (the median over the
+        collectives of the spread of the ranks' arrivals, the rank that arrived last most
+        often as its rank) and ``<prefix>.step_time_s`` (one sample per step), informational;
+        and, exact, ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the
         call.  None when the ranks were out of step."""
         if self.desync:
             return []
@@ -906,6 +953,12 @@ class ProfileReport:
         if any(p.comm_time_s > 0 for p in self.per_rank):
             out.append(Metric(f"{prefix}.overlap", self.overlap, "fraction", True,
                               hint=hints.get("low_overlap", ""), world_size=world_size,
+                              kind=INFORMATIONAL))
+        late = self.latest_arrival()
+        if late is not None:
+            skews = tuple(t.skew_s for t in self.timings)
+            out.append(Metric(f"{prefix}.arrival_skew_s", median_or_nan(skews), "s", False,
+                              samples=skews, ranks=(late[0],), world_size=world_size,
                               kind=INFORMATIONAL))
         if self.steps:
             walls = tuple(s.wall_time_s for s in self.steps)

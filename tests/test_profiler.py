@@ -103,6 +103,8 @@ def test_setup_and_steps(dist_profiler):
     assert [s.index for s in report.steps] == [0, 1, 2]
     assert [s.slowest_rank for s in report.steps] == [1, 1, 1]
     assert report.persistent_straggler() == (1, 1.0)
+    assert report.latest_arrival() == (1, 1.0)  # rank 1 came last to every all-reduce
+    assert all(t.waits_s[0] >= 0.05 for t in report.timings)  # rank 0 waited ~90 ms each time
     assert all(s.compute_time_s[1] > 2 * s.compute_time_s[0] for s in report.steps)
     assert all(s.wall_time_s >= 0.12 for s in report.steps)
     events = json.loads(Path(report.trace_path).read_text())["traceEvents"]
@@ -229,11 +231,11 @@ def test_profiler_writes_records_and_remeasures(tmp_path: Path) -> None:
     assert result is report
     assert [(m.name, m.kind) for m in metrics] == [
         ("profile.comm_overhead", "informational"), ("profile.imbalance", "informational"),
-        ("profile.overlap", "informational"),
+        ("profile.overlap", "informational"), ("profile.arrival_skew_s", "informational"),
         ("profile.comm.all_reduce.calls", "exact"), ("profile.comm.all_reduce.bytes", "exact"),
         ("profile.comm.broadcast.calls", "exact"), ("profile.comm.broadcast.bytes", "exact")]
     # one call of each, 256 float32 elements each
-    assert [m.value for m in metrics[3:]] == [1, 1024, 1, 1024]
+    assert [m.value for m in metrics[4:]] == [1, 1024, 1, 1024]
     assert remeasure is not None
     assert [m.name for m in remeasure()] == [m.name for m in metrics]
     assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 1  # re-measuring writes no trace
@@ -242,7 +244,7 @@ def test_profiler_writes_records_and_remeasures(tmp_path: Path) -> None:
     label2, metrics2, _, _ = group.recorded[-1]
     assert label2.startswith("dist_profiler#2(") and group.calls[-1][2] == 1
     assert {m.name for m in metrics2 if m.kind == "informational"} == {
-        "profile2.comm_overhead", "profile2.imbalance", "profile2.overlap"}
+        "profile2.comm_overhead", "profile2.imbalance", "profile2.overlap"}  # one rank: no skew
     assert all(m.world_size == 1 for m in metrics2)
     assert second.trace_path.endswith("t.py__test_x.2.trace.json")
 

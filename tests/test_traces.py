@@ -316,11 +316,22 @@ def test_nccl_report_straggler_and_metrics() -> None:
     ar = report.collective("all_reduce")
     assert ar is not None and (ar.count, ar.bytes) == (1, 4 << 20)
     assert ar.per_rank_time_s == pytest.approx((620e-6, 20e-6))
+    # wait vs transfer: rank 1 arrived 600 us late; the transfer itself took 20 us
+    (timing,) = report.timings
+    assert timing.arrivals_s == pytest.approx((0.0, 600e-6)) and timing.last_rank == 1
+    assert timing.transfer_s == pytest.approx(20e-6)
+    assert timing.waits_s == pytest.approx((600e-6, 0.0))
+    assert timing.busbw_gbps == pytest.approx((4 << 20) / 20e-6 / 1e9)  # factor 2(n-1)/n = 1
+    assert report.waits_s() == pytest.approx((600e-6, 0.0))
+    assert report.latest_arrival() == (1, 1.0)
     metrics = {m.name: m for m in report.metrics()}
     assert set(metrics) == {"profile.comm_overhead", "profile.imbalance", "profile.overlap",
+                            "profile.arrival_skew_s",
                             "profile.comm.all_reduce.calls", "profile.comm.all_reduce.bytes"}
     assert metrics["profile.comm.all_reduce.bytes"].value == 4 << 20
     assert metrics["profile.comm.all_reduce.calls"].kind == "exact"
+    skew = metrics.pop("profile.arrival_skew_s")
+    assert skew.value == pytest.approx(600e-6) and skew.ranks == (1,) and skew.unit == "s"
     metrics = {n: m for n, m in metrics.items() if m.kind == "informational"}
     assert len(metrics) == 3
     assert metrics["profile.imbalance"].threshold == "max_imbalance"

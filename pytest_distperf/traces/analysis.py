@@ -29,6 +29,7 @@ from pytest_distperf.records import (
     RankProfile,
     StepProfile,
 )
+from pytest_distperf.traces.arrivals import collective_timings
 from pytest_distperf.traces.census import count_ops
 from pytest_distperf.traces.desync import check_desync
 from pytest_distperf.traces.names import P2P
@@ -161,6 +162,7 @@ def analyse(traces: Sequence[Mapping[str, Any]], *, ranks: Sequence[int] | None 
         results=tuple(results),
         comm_counts=count_ops([tl.ops for tl in tls]),
         steps=step_profiles(tls, lim["max_imbalance"]),
+        timings=collective_timings(tls) if not desync else (),
     )
 
 

@@ -53,6 +53,10 @@ class CommOp:
     start_us: float  # when it was issued (on the merged clock)
     time_us: float  # how long it ran (its kernels or gloo's execution; else the call itself)
     source: str  # "record_param_comms", "c10d", or "execution" (seen running, not issued)
+    # when it started running on this rank (its first kernel or gloo run; else the call) and
+    # when it ended (its last one): a rank "arrives" at a collective when it starts running
+    run_start_us: float = 0.0
+    end_us: float = 0.0
 
     def describe(self) -> str:
         parts = [self.name]
@@ -445,9 +449,11 @@ def _freeze(d: _Draft) -> CommOp:
     # how long it ran: its kernels or gloo's runs where seen, else the call itself
     time_us = union_length((x.start, x.end) for x in d.execs) if d.execs else d.event.dur
     nbytes = 0 if d.name == "barrier" else d.nelems * d.itemsize
+    runs = d.execs or [d.event]
     return CommOp(name=d.name, nelems=d.nelems, nbytes=nbytes, dtype=d.dtype, group=d.group,
                   group_size=d.group_size, group_ranks=d.group_ranks, seq=d.seq,
-                  start_us=d.event.start, time_us=time_us, source=d.source)
+                  start_us=d.event.start, time_us=time_us, source=d.source,
+                  run_start_us=min(x.start for x in runs), end_us=max(x.end for x in runs))
 
 
 def timelines(traces: Sequence[Mapping[str, Any]],
