@@ -296,7 +296,8 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
         communication=communication_summary(c for r in ranks for c in r.comm),
         load_balance=balance, samples=_step_samples(ranks, steps_s, no_sync_s, total_batch),
         raw=list(by_rank.values()), comm_counts=tuple(comm_counts),
-        buckets=max((r.buckets for r in ranks if r.buckets is not None), default=None))
+        buckets=max((r.buckets for r in ranks if r.buckets is not None), default=None),
+        flops_per_step=sum(r.flops for r in ranks) if all(r.flops for r in ranks) else 0)
 
 
 def _exposed_share(steps_s: Sequence[float], no_sync_s: Sequence[float]) -> float:

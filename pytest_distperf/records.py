@@ -613,6 +613,8 @@ class RankStep:
     buckets: int | None = None
     #: seconds of the host-speed control run after every synchronised step (CPU; else ())
     control_s: tuple[float, ...] = ()
+    #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
+    flops: int = 0
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted
     census: bytes = dataclasses.field(default=b"", repr=False,
@@ -730,6 +732,27 @@ class StepTiming:
     comm_counts: tuple[CommCount, ...] = ()
     #: DDP gradient buckets per synchronised step (None: not seen, e.g. FSDP2)
     buckets: int | None = None
+    #: FLOPs of one synchronised step, all ranks together (0: not counted)
+    flops_per_step: int = 0
+    #: the peak FLOP/s of one device (pytest_distperf/hardware.py, or the test's
+    #: ``peak_tflops``); 0.0 where it is not known
+    peak_flops: float = 0.0
+
+    @property
+    def achieved_flops(self) -> float:
+        """FLOP/s all ranks together achieved: the step's FLOPs over the step time (0.0
+        where the FLOPs were not counted)."""
+        if not self.flops_per_step or not self.step_time_s > 0:
+            return 0.0
+        return self.flops_per_step / self.step_time_s
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation: achieved FLOP/s over the peak of the group's devices
+        (None where the FLOPs or the peak are not known)."""
+        if not self.achieved_flops or not self.peak_flops > 0:
+            return None
+        return self.achieved_flops / (self.world_size * self.peak_flops)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from pytest_distperf import analyzer
 from pytest_distperf.config import is_int, require_int
 from pytest_distperf.findings import hint, scaling_cause
 from pytest_distperf.group import DistGroup
+from pytest_distperf.hardware import peak_flops
 from pytest_distperf.rank.ddp import WRAPPERS, StepSpec
 from pytest_distperf.records import (
     EXACT,
@@ -97,9 +98,10 @@ class DDPStepTimer:
         optimizer_fn: Callable[[Any], Any] | None = None,
         wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
         comm_hook: Any = None, count_collectives: bool = True, fsdp_policy: Any = None,
-        control: bool = True, name: str = "",
+        control: bool = True, name: str = "", peak_tflops: float | None = None,
     ) -> StepTiming:
         __tracebackhide__ = True
+        peak = self._peak_flops(peak_tflops)
         spec = dataclasses.replace(
             _spec(model_fn, batch_fn, steps, warmup, loss_fn, wrapper, optimizer_fn,
                   wrapper_kwargs, comm_timing, comm_hook, fsdp_policy),
@@ -110,7 +112,7 @@ class DDPStepTimer:
         label = f"ddp_step_timer({prefix}{wrapper}, {size} ranks)"
 
         def once() -> StepTiming:
-            return self._measure(spec, size, label)
+            return dataclasses.replace(self._measure(spec, size, label), peak_flops=peak)
 
         timing = once()
         self._group.record(label, step_metrics(timing, prefix), timing,
@@ -158,6 +160,19 @@ class DDPStepTimer:
         return result
 
     # -- helpers ----------------------------------------------------------------------------
+    def _peak_flops(self, peak_tflops: float | None) -> float:
+        """FLOP/s of one device at most: the test's ``peak_tflops``, else the data-sheet
+        figure of the ranks' GPU (pytest_distperf/hardware.py), else 0.0 (unknown; CPUs)."""
+        if peak_tflops is not None:
+            if (isinstance(peak_tflops, bool) or not isinstance(peak_tflops, int | float)
+                    or not peak_tflops > 0 or peak_tflops == float("inf")):
+                raise ValueError(f"ddp_step_timer: peak_tflops must be a number > 0 (TFLOP/s "
+                                 f"of one device), got {peak_tflops!r}")
+            return float(peak_tflops) * 1e12
+        if self._group.device_type != "cuda":
+            return 0.0
+        return peak_flops(str(self._group.engine.rank_info()[0].get("device_model", "")))
+
     def _measure(self, spec: StepSpec, size: int, label: str) -> StepTiming:
         from pytest_distperf.rank.ddp import time_steps
         from pytest_distperf.traces.census import census
@@ -260,7 +275,27 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
         *comm_count_metrics(timing.comm_counts, f"{prefix}comm.", w, "/step"),
         *([Metric(f"{prefix}comm.buckets", float(timing.buckets), "buckets/step", False,
                   world_size=w, kind=EXACT)] if timing.buckets is not None else []),
+        *flops_metrics(timing, prefix),
     ]
+
+
+def flops_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
+    """Where the step's FLOPs were counted: ``flops_per_step`` (all ranks together, exact: a
+    change of model or batch shows in it), ``achieved_tflops`` and, where the devices' peak
+    is known, ``mfu`` (informational)."""
+    if not timing.flops_per_step:
+        return []
+    w = timing.world_size
+    steps = timing.samples.get("step_s", ())
+    out = [Metric(f"{prefix}flops_per_step", float(timing.flops_per_step), "FLOP/step", False,
+                  world_size=w, kind=EXACT),
+           Metric(f"{prefix}achieved_tflops", timing.achieved_flops / 1e12, "TFLOP/s", True,
+                  tuple(timing.flops_per_step / s / 1e12 for s in steps if s > 0),
+                  world_size=w, kind=INFORMATIONAL)]
+    if timing.mfu is not None:
+        out.append(Metric(f"{prefix}mfu", timing.mfu, "fraction", True, world_size=w,
+                          kind=INFORMATIONAL))
+    return out
 
 
 def _hint(timing: StepTiming, kind: str) -> str:

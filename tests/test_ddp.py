@@ -300,11 +300,15 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
                      "imbalance": "",
                      "compute_time_s": "informational", "exposed_comm_s": "informational",
                      "comm.all_reduce.calls": "exact", "comm.all_reduce.bytes": "exact",
-                     "comm.buckets": "exact"}
+                     "comm.buckets": "exact", "flops_per_step": "exact",
+                     "achieved_tflops": "informational"}  # no mfu: a CPU has no known peak
     values = {m["name"]: m["value"] for m in tests["test_balanced"]["metrics"]}
     # Sleepy's Linear(32, 32): 1056 float32 gradients in one bucket
     assert values["comm.all_reduce.bytes"] == 1056 * 4
     assert values["comm.all_reduce.calls"] == values["comm.buckets"] == 1
+    # its FLOPs on a batch of 8, per rank: 2*8*32*32 forward, the same again for the
+    # weight's gradient (the input needs none); 2 ranks
+    assert values["flops_per_step"] == 2 * (2 * 8 * 32 * 32) * 2
 
 
 def test_a_bad_ini_threshold_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -336,6 +340,8 @@ class RecordingGroup:
         from types import SimpleNamespace
 
         self.world_size = world_size
+        self.device_type = "cpu"
+        self.flops = 0  # per rank and step, as the ranks would count them
         self.engine = SimpleNamespace(world_size=available)
         self.calls: list[tuple[str, int]] = []
         self.recorded: list[tuple[str, list, object, object]] = []
@@ -348,7 +354,7 @@ class RecordingGroup:
         slow = 0.04 * (1 + len(self.calls) % 2)  # changes between calls: a fresh measurement
         return [RankStep(rank=r, batch_size=4, forward_s=(0.01,) * 3, backward_s=(0.02,) * 3,
                          optimizer_s=(0.001,) * 3, step_s=(slow + 0.01,) * 3,
-                         no_sync_step_s=(slow,) * 3) for r in range(size)]
+                         no_sync_step_s=(slow,) * 3, flops=self.flops) for r in range(size)]
 
     def record(self, label, metrics, result=None, remeasure=None):  # type: ignore[no-untyped-def]
         self.recorded.append((label, list(metrics), result, remeasure))
@@ -399,7 +405,29 @@ def test_timer_refuses_before_running_anything() -> None:
         timer(lambda: None, lambda rank: None, world_size="2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="fsdp_policy is for wrapper='fsdp'"):
         timer(lambda: None, lambda rank: None, fsdp_policy=(object,))
+    for bad in (0, -1.0, float("nan"), float("inf"), "989", True):
+        with pytest.raises(ValueError, match="peak_tflops must be a number > 0"):
+            timer(lambda: None, lambda rank: None, peak_tflops=bad)  # type: ignore[arg-type]
     assert group.calls == [] and group.recorded == []
+
+
+def test_flops_achieved_and_mfu() -> None:
+    from pytest_distperf.steptimer import DDPStepTimer
+
+    group = RecordingGroup()
+    group.flops = 3 * 10**9
+    t = DDPStepTimer(group)(lambda: None, lambda rank: None, steps=3,  # type: ignore[arg-type]
+                            peak_tflops=0.5)
+    assert t.flops_per_step == 2 * 3 * 10**9  # both ranks
+    assert t.achieved_flops == pytest.approx(6e9 / t.step_time_s)
+    assert t.mfu == pytest.approx(t.achieved_flops / (2 * 0.5e12))
+    metrics = {m.name: m for m in group.recorded[0][1]}
+    assert (metrics["flops_per_step"].value, metrics["flops_per_step"].kind) == (6e9, "exact")
+    assert metrics["achieved_tflops"].value == pytest.approx(t.achieved_flops / 1e12)
+    assert metrics["mfu"].kind == "informational" and metrics["mfu"].higher_is_better
+    # no peak on a CPU unless the test gives one: no mfu
+    DDPStepTimer(group)(lambda: None, lambda rank: None, steps=3)  # type: ignore[arg-type]
+    assert "mfu" not in {m.name for m in group.recorded[1][1]}
 
 
 def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None:

@@ -232,24 +232,32 @@ def _timed_step(built: Built, sync: bool, k: int,
     return phases, buckets
 
 
-def _census(built: Built) -> bytes:
+def _census(built: Built) -> tuple[bytes, int]:
     """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
     with shapes: every collective and its message size), inside the region annotation the
-    trace analysis counts in; the trace, compressed.  Untimed: the profiler's overhead
-    does not touch the timings, and counts do not depend on it."""
+    trace analysis counts in, and under ``torch.utils.flop_counter`` (the step's FLOPs on
+    this rank: forward, backward, optimizer); the trace, compressed, and the FLOPs (0 where
+    they could not be counted).  Untimed: the overheads do not touch the timings, and
+    counts do not depend on them."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.utils.flop_counter import FlopCounterMode
 
     from pytest_distperf.rank.profile import exported
 
-    set_phase("ddp_step_timer: counting collectives (one step under torch.profiler)")
+    set_phase("ddp_step_timer: counting collectives and FLOPs (one step under torch.profiler)")
     dist.barrier()
     built.clock.synchronize()
+    counter = FlopCounterMode(display=False)
     with (profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof,
-          record_function(PROFILED_REGION)):
+          record_function(PROFILED_REGION), counter):
         built.train_step()
         built.clock.synchronize()
-    return exported(prof)
+    try:
+        flops = int(counter.get_total_flops())
+    except Exception:  # a model the counter cannot follow: the FLOPs stay unknown
+        flops = 0
+    return exported(prof), flops
 
 
 def _measure(spec: StepSpec) -> RankStep:
@@ -289,7 +297,7 @@ def _measure(spec: StepSpec) -> RankStep:
             if not built.clock.on_cuda:
                 peak_rss = max(peak_rss, _rss_bytes())
     peak, capacity, source = _memory(built.clock, peak_rss, world)
-    census = _census(built) if spec.count_collectives else b""
+    census, flops = _census(built) if spec.count_collectives else (b"", 0)
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
         backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
@@ -297,7 +305,7 @@ def _measure(spec: StepSpec) -> RankStep:
         comm=tuple(comm), comm_time_s=tuple(comm_time_s), peak_memory_bytes=peak,
         memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
         buckets=max(bucket_counts) if bucket_counts else None, census=census,
-        control_s=tuple(controls))
+        control_s=tuple(controls), flops=flops)
 
 
 def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
