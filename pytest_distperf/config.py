@@ -139,6 +139,21 @@ def parse_timeout(value: object, source: str) -> float:
     return seconds
 
 
+def parse_path(value: object, option: str, source: str) -> Path:
+    """A file or folder named by an option, ``~`` expanded; a relative path stays relative
+    (the caller says to what).  An empty value, a NUL character, or a ``~user`` that names no
+    user is a ConfigError."""
+    text = str(value)
+    if not text.strip() or "\0" in text:
+        raise ConfigError(f"{option}: expected a path, got {shown(text)} (from {source})")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # "~user" of no such user, or no home directory to expand "~" to
+        raise ConfigError(
+            f"{option}: cannot expand {shown(text)}: no such user, or no home directory "
+            f"(from {source})") from None
+
+
 def parse_bool(value: object, option: str, source: str) -> bool:
     if isinstance(value, bool):
         return value

@@ -7,6 +7,7 @@ import fractions
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from pytest_distperf.config import (
     format_size,
     parse_backend,
     parse_gpus,
+    parse_path,
     parse_size,
     parse_timeout,
     parse_tolerance,
@@ -261,3 +263,12 @@ def test_what_the_fuzzer_found_in_sizes() -> None:
     for not_ascii in ("\u0663", "\uff12KiB", "4\u212a"):  # Arabic 3, fullwidth 2, Kelvin K
         with pytest.raises(ValueError, match="bad size"):
             parse_size(not_ascii)
+
+
+def test_a_path_option_is_a_path_or_an_error_naming_the_option() -> None:
+    assert parse_path("~/x.json", "--distperf-json", "x") == Path.home() / "x.json"
+    assert parse_path("out/x.json", "--distperf-json", "x") == Path("out/x.json")
+    for bad, words in (("~nosuchuser_zz/x.json", "cannot expand '~nosuchuser_zz/x.json'"),
+                       ("", "expected a path, got ''"), ("a\0b", "expected a path")):
+        with pytest.raises(ConfigError, match=f"--distperf-json: {words}"):
+            parse_path(bad, "--distperf-json", "the command line")

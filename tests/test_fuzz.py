@@ -34,6 +34,7 @@ from test_baseline import CPU, CPU4, QUIET, TIMES, save, stored
 
 from pytest_distperf import report
 from pytest_distperf import verdict as bl
+from pytest_distperf.collectives import resolve_sizes
 from pytest_distperf.config import (
     BACKENDS,
     MARKER_KEYWORDS,
@@ -48,6 +49,7 @@ from pytest_distperf.config import (
     parse_bool,
     parse_fraction,
     parse_gpus,
+    parse_path,
     parse_size,
     parse_timeout,
     parse_tolerance,
@@ -153,6 +155,14 @@ def test_flags_are_true_or_false_or_a_clear_error(value: object) -> None:
     assert flag is None or isinstance(flag, bool)
 
 
+@fuzz(200)
+@given(st.one_of(TYPED, TEXT.map(lambda t: "~" + t), st.just("~nosuchuser/x.json")))
+def test_paths_are_paths_or_a_clear_error(value: str) -> None:
+    path = parsed(lambda: parse_path(value, "--distperf-json", SOURCE), "--distperf-json")
+    if path is not None:
+        assert isinstance(path, Path) and str(path).strip() and "\0" not in str(path)
+
+
 @fuzz(500)
 @given(ANYTHING, st.sampled_from(["tolerance", "fraction"]))
 def test_thresholds_and_tolerances_are_sane_fractions_or_a_clear_error(
@@ -201,7 +211,7 @@ def size_strings(draw: st.DrawFn) -> tuple[str, int | None]:
     """A size as a person would write it, and the byte count it means (None: not whole)."""
     whole = draw(st.one_of(st.integers(0, 10**6).map(str), st.integers(0, 10**30).map(str),
                            st.integers(1, 5000).map(lambda n: "9" * n)))
-    frac = draw(st.one_of(st.just(""), st.from_regex(r"\A\.\d{1,8}\Z")))
+    frac = draw(st.one_of(st.just(""), st.from_regex(r"\A\.[0-9]{1,8}\Z")))
     unit, factor = draw(st.sampled_from(UNITS))
     unit = "".join(c.swapcase() if draw(st.booleans()) else c for c in unit)
     space = draw(st.sampled_from(["", " ", "  "]))
@@ -234,6 +244,27 @@ def test_sizes_are_exact_byte_counts_or_a_clear_error(case: tuple[object, int | 
 @given(st.integers(0, MAX_SIZE_BYTES))
 def test_format_size_round_trips(nbytes: int) -> None:
     assert parse_size(format_size(nbytes)) == nbytes
+
+
+SIZE_ITEMS = st.one_of(size_strings().map(lambda case: case[0]), st.integers(-2, 2**40),
+                       OBJECTS)
+
+
+@fuzz(200)
+@given(st.one_of(SIZE_ITEMS, st.lists(SIZE_ITEMS, max_size=4),
+                 st.lists(SIZE_ITEMS, max_size=4).map(tuple), st.sets(st.integers(1, 99)),
+                 st.just(range(1, 5)), st.just(iter([1, 2]))))
+def test_bench_sizes_are_sorted_byte_counts_or_a_clear_error(sizes: Any) -> None:
+    """What ``nccl_group.bench(op, sizes)`` makes of ``sizes`` before any rank runs."""
+    try:
+        resolved = resolve_sizes(sizes, "cpu")
+    except ValueError as exc:
+        assert type(exc) is ValueError
+        one_clear_line(exc, "size")
+        return
+    counts = [n for _, n in resolved]
+    assert counts and counts == sorted(set(counts)) and counts[0] >= 1
+    assert all(parse_size(label) == n for label, n in resolved)
 
 
 # -- baseline files --------------------------------------------------------------------------
