@@ -8,6 +8,7 @@ test's recorder as :class:`~pytest_distperf.records.Metric` values.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -149,18 +150,23 @@ class DistGroup:
         values raise :class:`~pytest_distperf.collectives.WrongResultError`.
         """
         __tracebackhide__ = True
-        from pytest_distperf import collectives
+        from pytest_distperf import collectives, hardware
         from pytest_distperf.rank.collectives import bench_on_rank
 
         spec = collectives.plan(op, sizes, dtype, warmup, iters, world_size=self._size,
                                 device_type=self.device_type)
         label = f"bench({op})"
+        model = str(self.engine.rank_info()[0].get("device_model", ""))
+        peak = hardware.link_peak(self.backend, self.device_type, model)
 
         def once() -> CollectiveResult:
             per_rank = self.call(bench_on_rank, (spec,), {},
                                  f"bench({op}, {len(spec.labels)} size(s))")
-            return collectives.build_result(spec, per_rank, backend=self.backend,
-                                            device_type=self.device_type)
+            result = collectives.build_result(spec, per_rank, backend=self.backend,
+                                              device_type=self.device_type)
+            if peak is None:
+                return result
+            return dataclasses.replace(result, link_peak_gbps=peak[0], link=peak[1])
 
         return self._record_checked(label, once)
 

@@ -1,5 +1,6 @@
 """What a device can do at most: the dense BF16 tensor-core FLOP/s of common GPUs, the
-denominator of model FLOPs utilisation (MFU).  Pure: no torch, no pytest.
+denominator of model FLOPs utilisation (MFU), and the NVLink bandwidth between SXM parts, the
+ceiling of nccl-tests' bus bandwidth inside a node.  Pure: no torch, no pytest.
 
 Figures from NVIDIA's data sheets, dense (without 2:4 sparsity), per GPU.  A device that is
 not listed, and every CPU, has no peak: MFU is then not reported unless the test passes
@@ -24,6 +25,27 @@ BF16_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("L4", 121.0),
     ("A10", 125.0),
 )
+
+
+#: Per-direction NVLink bandwidth of SXM parts, from NVIDIA's data sheets (total NVLink
+#: bandwidth / 2): the ceiling of nccl-tests' busbw inside one node.  Matched against the
+#: device name torch reports; PCIe cards and anything else have no peak.
+LINK_PEAKS: tuple[tuple[str, float, str], ...] = (
+    ("H100 80GB HBM3", 450.0, "NVLink 4"),
+    ("H200", 450.0, "NVLink 4"),
+    ("A100-SXM4", 300.0, "NVLink 3"),
+    ("B200", 900.0, "NVLink 5"),
+)
+_NOT_SXM = ("PCIe", "NVL")
+
+
+def link_peak(backend: str, device_type: str, device_model: str) -> tuple[float, str] | None:
+    """(GB/s, what) of the NCCL link between devices of this model, where known."""
+    if backend != "nccl" or device_type != "cuda":
+        return None
+    if any(word in device_model for word in _NOT_SXM):
+        return None
+    return next(((gbps, what) for key, gbps, what in LINK_PEAKS if key in device_model), None)
 
 
 def peak_flops(device_model: str) -> float:

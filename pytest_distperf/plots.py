@@ -2,7 +2,7 @@
 ``plot`` extra).  No torch, no pytest; matplotlib is imported only when plots are drawn.
 
 * ``busbw.png``: bus bandwidth against message size (log scale) per collective, with the
-  link's peak where it is known (:data:`LINK_PEAKS`);
+  link's peak where it is known (:data:`pytest_distperf.hardware.LINK_PEAKS`);
 * ``scaling.png``: speedup against world size, with ideal scaling;
 * ``steps-<test>.png``: per-rank step time split into compute, exposed communication and
   waiting for other ranks, stragglers marked;
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_distperf import hardware
 from pytest_distperf.config import format_bytes
 from pytest_distperf.files import write_atomically
 from pytest_distperf.records import (
@@ -34,16 +35,6 @@ from pytest_distperf.report import format_change, format_value
 
 INSTALL = "pip install 'pytest-distperf[plot]'"
 
-#: Per-direction NVLink bandwidth of SXM parts, from NVIDIA's data sheets (total NVLink
-#: bandwidth / 2): the ceiling of nccl-tests' busbw inside one node.  Matched against the
-#: device name torch reports; PCIe cards and anything else have no line.
-LINK_PEAKS: tuple[tuple[str, float, str], ...] = (
-    ("H100 80GB HBM3", 450.0, "NVLink 4"),
-    ("H200", 450.0, "NVLink 4"),
-    ("A100-SXM4", 300.0, "NVLink 3"),
-    ("B200", 900.0, "NVLink 5"),
-)
-_NOT_SXM = ("PCIe", "NVL")
 
 _COLOURS = {"compute": "#4C72B0", "communication": "#DD8452", "wait": "#C0C0C0",
             "baseline": "#8C8C8C", "current": "#C44E52", "ideal": "#555555"}
@@ -63,13 +54,11 @@ def require_matplotlib() -> None:
 
 
 def link_peak(env: Environment | None) -> tuple[float, str] | None:
-    """(GB/s, what) of the NCCL link between the devices of ``env``, where known."""
-    if env is None or env.backend != "nccl" or env.device_type != "cuda":
+    """(GB/s, what) of the NCCL link between the devices of ``env``, where known
+    (:func:`pytest_distperf.hardware.link_peak`)."""
+    if env is None:
         return None
-    name = env.device_model
-    if any(word in name for word in _NOT_SXM):
-        return None
-    return next(((gbps, what) for key, gbps, what in LINK_PEAKS if key in name), None)
+    return hardware.link_peak(env.backend, env.device_type, env.device_model)
 
 
 def write_plots(folder: Path, records: Sequence[TestRecord],

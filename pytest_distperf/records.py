@@ -396,6 +396,15 @@ class CollectiveResult:
     iters: int
     bus_factor: float  # busbw = algbw * bus_factor (nccl-tests' definitions)
     rows: tuple[CollectiveRow, ...]
+    #: the link's per-direction peak where known (pytest_distperf/hardware.py), else 0.0
+    link_peak_gbps: float = 0.0
+    link: str = ""  # e.g. "NVLink 4"
+
+    def peak_fraction(self, row: CollectiveRow) -> float | None:
+        """``row``'s busbw as a fraction of the link's peak (None where it is not known)."""
+        if not self.link_peak_gbps > 0 or self.op == "barrier":
+            return None
+        return row.busbw_gbps / self.link_peak_gbps
 
     @property
     def wrong(self) -> int:

@@ -155,6 +155,11 @@ def collective_table(result: CollectiveResult) -> list[str]:
         average = sum(row.busbw_gbps for row in r.rows) / len(r.rows)
         lines.append(f"# Out of bounds values : {r.wrong} {'FAILED' if r.wrong else 'OK'}")
         lines.append(f"# Avg bus bandwidth    : {average:.4g} GB/s")
+        best = max(r.rows, key=lambda row: row.busbw_gbps)
+        fraction = r.peak_fraction(best)
+        if fraction is not None:
+            lines.append(f"# Link peak            : {r.link_peak_gbps:.4g} GB/s ({r.link}); "
+                         f"best busbw {fraction:.0%} of it ({best.label})")
     lines.append("")
     return lines
 

@@ -8,6 +8,7 @@ No timing limit is asserted anywhere: only relations that hold on any machine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -381,3 +382,24 @@ def test_bench_on_real_gloo_groups(pytester: pytest.Pytester,
     assert all(m["world_size"] == 2 for m in two["metrics"])
     assert math.isfinite(statistics.median(
         m["value"] for t in data["tests"] for m in t["metrics"]))
+
+
+def test_busbw_as_a_fraction_of_the_links_peak() -> None:
+    from pytest_distperf import hardware
+    from pytest_distperf.report import collective_table
+
+    spec = _spec("all_reduce", 8, (1 << 20, 1 << 26))
+    per_rank = [[SizeOutcome((1e-3, 1e-3), 0, ""), SizeOutcome((2e-4, 2e-4), 0, "")]] * 8
+    plain = build_result(spec, per_rank, backend="nccl", device_type="cuda")
+    assert plain.peak_fraction(plain.rows[0]) is None  # unknown: nothing said
+    assert not any("Link peak" in line for line in collective_table(plain))
+    peak = hardware.link_peak("nccl", "cuda", "NVIDIA H100 80GB HBM3")
+    assert peak == (450.0, "NVLink 4")
+    assert hardware.link_peak("nccl", "cuda", "NVIDIA H100 PCIe") is None
+    assert hardware.link_peak("gloo", "cpu", "NVIDIA H100 80GB HBM3") is None
+    result = dataclasses.replace(plain, link_peak_gbps=peak[0], link=peak[1])
+    best = result.rows[1]  # the larger size, 5x faster
+    assert result.peak_fraction(best) == pytest.approx(best.busbw_gbps / 450.0)
+    (line,) = [x for x in collective_table(result) if x.startswith("# Link peak")]
+    assert line == (f"# Link peak            : 450 GB/s (NVLink 4); best busbw "
+                    f"{best.busbw_gbps / 450:.0%} of it ({best.label})")
