@@ -1,15 +1,15 @@
 """Property-based fuzzing (hypothesis) of every input users control (issue 11).
 
-Option and ini values, the ``distperf`` marker's keywords, size strings and baseline files
+Option and ini values, the ``distperf`` marker's keywords, sizes and baseline files
 (random and mutated TOML, wrong types, deep nesting, huge numbers, NaN and inf, negative
 times, binary garbage, truncated files).  Each input ends either accepted with a sane value
 or in a clear error that names the input (ConfigError, ValueError from ``parse_size``,
 BaselineError with the file), never another exception; and loading, judging and a failed
 save change nothing on disk.
 
-Derandomized, so CI sees the same examples every run; ``DISTPERF_FUZZ_SCALE=50`` runs fifty
-times as many (still derandomized: the same first examples, then more).  Pure, except the
-end-to-end checks at the bottom, which run pytest in-process through pytester (no ranks).
+Derandomized, so CI sees the same examples on every run; ``DISTPERF_FUZZ_SCALE=20`` runs
+twenty times as many (derandomized as well).  Pure, except the end-to-end checks at the
+bottom, which run pytest in-process through pytester (no ranks are started).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ SIZE_ITEMS = st.one_of(size_strings().map(lambda case: case[0]), st.integers(-2,
 @fuzz(200)
 @given(st.one_of(SIZE_ITEMS, st.lists(SIZE_ITEMS, max_size=4),
                  st.lists(SIZE_ITEMS, max_size=4).map(tuple), st.sets(st.integers(1, 99)),
-                 st.just(range(1, 5)), st.just(iter([1, 2]))))
+                 st.just(range(1, 5)), st.builds(iter, st.lists(st.integers(1, 9)))))
 def test_bench_sizes_are_sorted_byte_counts_or_a_clear_error(sizes: Any) -> None:
     """What ``nccl_group.bench(op, sizes)`` makes of ``sizes`` before any rank runs."""
     try:
@@ -271,8 +271,8 @@ def test_bench_sizes_are_sorted_byte_counts_or_a_clear_error(sizes: Any) -> None
 ENV_ID = bl.environment_id(CPU)
 #: Values TOML can hold, of every type, nested a little.
 TOML_LEAVES = st.one_of(
-    st.booleans(), st.integers(-(2**70), 2**70), st.floats(), TEXT, HUGE_INTS.filter(
-        lambda n: abs(n) < 10**4000), st.dates(), st.datetimes(), st.times())
+    st.booleans(), st.integers(-(2**70), 2**70), st.floats(), TEXT, HUGE_INTS, st.dates(),
+    st.datetimes(), st.times())
 TOML_VALUES = st.recursive(
     TOML_LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                           st.dictionaries(TEXT, inner, max_size=3)),
