@@ -26,6 +26,7 @@ from pytest_distperf.config import (
     parse_bool,
     parse_fraction,
     parse_gpus,
+    parse_path,
     parse_timeout,
     parse_tolerance,
 )
@@ -172,7 +173,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         elif ini == "distperf_exact_tolerance":
             values[ini] = parse_fraction(value, flag, source)
         else:
-            values[ini] = _path(config, value, source, output=ini == "distperf_json")
+            values[ini] = _path(config, value, flag, source, output=ini == "distperf_json")
     return DistperfConfig(
         enabled=values.get("distperf", False),
         gpus=values.get("distperf_gpus"),
@@ -189,11 +190,13 @@ def build_config(config: pytest.Config) -> DistperfConfig:
     )
 
 
-def _path(config: pytest.Config, value: object, source: str, *, output: bool) -> Path:
-    """A path option's value as an absolute path.  Like ``--junitxml``, an output file named
-    on the command line is relative to where pytest was started; anything else, and any path
-    in the ini file, to the rootdir."""
-    path = Path(str(value)).expanduser()
+def _path(config: pytest.Config, value: object, flag: str, source: str, *,
+          output: bool) -> Path:
+    """A path option's value as an absolute path (ConfigError for an empty one, or a ``~user``
+    that names no user).  Like ``--junitxml``, an output file named on the command line is
+    relative to where pytest was started; anything else, and any path in the ini file, to
+    the rootdir."""
+    path = parse_path(value, flag, source)
     base = (config.invocation_params.dir
             if output and source.endswith("on the command line") else config.rootpath)
     return path if path.is_absolute() else Path(base, path)
@@ -208,7 +211,7 @@ def build_outputs(config: pytest.Config, cfg: DistperfConfig) -> Outputs:
     for flag, ini, _ in _OUTPUT_OPTIONS:
         value, source = _value(config, flag, ini)
         if value is not None:
-            paths[ini] = _path(config, value, source, output=True)
+            paths[ini] = _path(config, value, flag, source, output=True)
     cli = config.getoption("distperf_export")
     if cli:
         entries = [(fmt, path, "--distperf-export on the command line") for fmt, path in cli]
@@ -221,7 +224,8 @@ def build_outputs(config: pytest.Config, cfg: DistperfConfig) -> Outputs:
                 raise ConfigError(f"--distperf-export: expected 'FORMAT PATH', got {line!r} "
                                   f"(from {source})")
             entries.append((parts[0], parts[1], source))
-    exports = tuple((parse_format(fmt, source), _path(config, path, source, output=True))
+    exports = tuple((parse_format(fmt, source),
+                     _path(config, path, "--distperf-export", source, output=True))
                     for fmt, path, source in entries)
     summary = os.environ.get("GITHUB_STEP_SUMMARY", "").strip()
     return Outputs(json_path=cfg.json_path, markdown_path=paths.get("distperf_markdown"),
@@ -290,7 +294,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     try:
         marker_settings(item)
     except ConfigError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)
+    else:
+        return
+    pytest.fail(message, pytrace=False)  # outside the except: said once, with no chain
 
 
 @pytest.hookimpl(wrapper=True)
@@ -427,7 +434,11 @@ def make_group(request: pytest.FixtureRequest) -> tuple[Any, TestLimits]:
     try:
         size = int(marker_settings(item).get("world_size", session.world_size))
     except ConfigError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)
+    else:
+        message = ""
+    if message:
+        pytest.fail(message, pytrace=False)  # outside the except: said once, with no chain
     if size > session.world_size:
         pytest.fail(
             f"@pytest.mark.distperf(world_size={size}) is larger than the {session.world_size} "

@@ -561,6 +561,9 @@ def no_traceback(result: pytest.RunResult) -> str:
     ([], "distperf_timeout = soon", "--distperf-timeout: expected a number of seconds, got"),
     ([], "distperf_gpus = 100000", "--gpus: 100000 ranks are more than one machine runs"),
     ([], "distperf_strict = perhaps", "--distperf-strict: expected true or false"),
+    (["--distperf-json=~nosuchuser_zz/x.json"], "", "--distperf-json: cannot expand"),
+    (["--distperf-baselines="], "", "--distperf-baselines: expected a path, got ''"),
+    (["--distperf-markdown=~nosuchuser_zz/x.md"], "", "--distperf-markdown: cannot expand"),
 ])
 def test_a_bad_option_or_ini_value_is_a_usage_error(
         pytester: pytest.Pytester, args: list[str], ini: str, words: str) -> None:
@@ -623,3 +626,5 @@ def test_a_bad_marker_is_an_error_of_its_test_naming_the_keyword(
     text = no_traceback(result)
     assert "@pytest.mark.distperf on test_marked.py::test_marked" in text, text
     assert words in text, text
+    assert text.count(words) == 1, text  # said once (it was said twice, chained)
+    assert "During handling of the above exception" not in text, text
