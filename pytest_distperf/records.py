@@ -31,6 +31,8 @@ def to_dict(record: Any) -> Any:
         return {str(k): to_dict(v) for k, v in record.items()}
     if isinstance(record, (list, tuple)):
         return [to_dict(v) for v in record]
+    if isinstance(record, str) and type(record) is not str:
+        return str(record)  # torch's TorchVersion: plain data serialisers (execnet) refuse it
     return record
 
 

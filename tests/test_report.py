@@ -174,3 +174,16 @@ def test_exports_refuse_an_unknown_format() -> None:
         export.parse_format("xml", "the ini")
     assert export.parse_format(" GAB ", "x") == "gab"
     assert export.bigger_path(Path("a/gab.json")) == Path("a/gab.bigger.json")
+
+
+def test_records_become_plain_data() -> None:
+    """A str subclass (torch's TorchVersion in the rank info) becomes a plain str: execnet,
+    which carries xdist workers' records, refuses anything else."""
+    from pytest_distperf.records import Environment, to_dict
+
+    class Version(str):
+        pass
+
+    env = Environment("gloo", "cpu", "cpu", 0, 2, Version("2.13.0+cpu"), "")
+    data = to_dict(env)
+    assert data["torch_version"] == "2.13.0+cpu" and type(data["torch_version"]) is str

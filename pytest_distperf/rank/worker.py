@@ -270,7 +270,7 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         "hostname": socket.gethostname(),
         "node_rank": int(node_rank) if node_rank.isdigit() else -1,
         "pid": os.getpid(),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),  # a str subclass: plain str travels
         "threads": torch.get_num_threads(),
         "cores": _cores(),
         "nccl_version": "",
