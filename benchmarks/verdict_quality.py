@@ -21,6 +21,7 @@ ran than at the save, and the host steal over the whole run from /proc/stat.
     python benchmarks/verdict_quality.py --json runs.json    # keep every run's figures
     python benchmarks/verdict_quality.py --hog 0.3           # with a noisy neighbour
     python benchmarks/verdict_quality.py --no-plain          # the controlled metric only
+    python benchmarks/verdict_quality.py --kind bench        # bench()'s bus bandwidth
 
 Results and method: benchmarks/verdict_quality.md.
 """
@@ -66,6 +67,38 @@ TEST_FILE = textwrap.dedent('''
             nccl_group.measure("plain", matmuls, a, b, reps, control=False)
 ''')
 
+#: ``--kind bench``: a 1 MiB all-reduce benchmarked with ``nccl_group.bench`` (bus
+#: bandwidth, higher is better), with the control and, as ``#2``, without it.  A slow run
+#: sends VQ_EXTRA of the buffer once more inside every timed all-reduce: more traffic in the
+#: same call, as a collective that got slower would cost.
+BENCH_FILE = textwrap.dedent('''
+    import os
+
+    import torch.distributed as dist
+
+    EXTRA = float(os.environ.get("VQ_EXTRA", "0"))
+    ORIGINAL = dist.all_reduce
+
+
+    def more_bytes(tensor, *args, **kwargs):
+        n = int(tensor.numel() * EXTRA)
+        if n:
+            ORIGINAL(tensor.view(-1)[:n], *args, **kwargs)
+        return ORIGINAL(tensor, *args, **kwargs)
+
+
+    def install():
+        if EXTRA:
+            dist.all_reduce = more_bytes  # on this rank, for the rest of this pytest run
+
+
+    def test_bench(nccl_group):
+        nccl_group.run(install)
+        nccl_group.bench("all_reduce", ["1MiB"])
+        if os.environ.get("VQ_PLAIN") == "1":
+            nccl_group.bench("all_reduce", ["1MiB"], control=False)
+''')
+
 STEAL_COLUMN = 7
 
 
@@ -101,6 +134,8 @@ HOG = textwrap.dedent('''
 
 
 METRICS = ("matmul.time_s", "plain.time_s")
+KINDS = {"measure": (TEST_FILE, METRICS),
+         "bench": (BENCH_FILE, ("all_reduce.1MiB.busbw_gbps", "all_reduce.1MiB.busbw_gbps#2"))}
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
           "spread", "host_change", "control_slope", "detail")
 
@@ -146,10 +181,12 @@ def describe(run: dict[str, Any]) -> str:
         if v is None:
             continue
         current = v.get("current")
+        shown = ("-" if current is None else f"{current:.3f} GB/s" if "busbw" in name
+                 else f"{current * 1e3:.2f} ms")
         parts.append(
             f"  {name.split('.')[0]:<6} {v.get('verdict', '?'):<12} "
             f"change {pct(v.get('change')):>7} conf {pct(v.get('confidence'), 2):>7} "
-            f"current {'-' if current is None else f'{current * 1e3:.2f} ms':>9} "
+            f"current {shown:>9} "
             f"meas {v.get('windows') or '-'} host {pct(v.get('host_change')):>6} "
             f"steal {pct(v.get('steal'))} wait {pct(v.get('wait'))} "
             f"spread {pct(v.get('spread'))}")
@@ -221,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plain", action="store_true",
                         help="measure only the metric with the host-speed control")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="measure",
+                        help="measure: a matmul loop timed by measure() (default); bench: a "
+                             "1 MiB all-reduce's bus bandwidth from bench()")
     args = parser.parse_args(argv)
+    global TEST_FILE, METRICS
+    TEST_FILE, METRICS = KINDS[args.kind]
 
     rng = random.Random(args.seed)
     started = datetime.datetime.now().astimezone()
@@ -266,7 +308,7 @@ def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, A
                     raise SystemExit(f"block {block + 1}: the save failed")
                 metrics = [saved[n] for n in METRICS if n in saved]
                 print(f"block {block + 1}: saved baseline (attempt {attempt}) "
-                      + "; ".join(f"{(m.get('current') or 0) * 1e3:.2f} ms ({m.get('detail')}, "
+                      + "; ".join(f"{m.get('current') or 0:.4g} ({m.get('detail')}, "
                                   f"CPU wait {pct(m.get('wait'))})" for m in metrics)
                       + f"; steal(run) {saved['run_steal']:.1%}", flush=True)
                 if not any("noisy" in str(m.get("detail")) for m in metrics):

@@ -123,7 +123,7 @@ def element_count(op: str, nbytes: int, element_size: int, world_size: int) -> i
 
 
 def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
-         world_size: int, device_type: str) -> BenchSpec:
+         world_size: int, device_type: str, control: bool = True) -> BenchSpec:
     """Check every argument of ``bench`` before anything is sent to the ranks."""
     import torch
 
@@ -136,11 +136,12 @@ def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
     name = dtype_name(torch.float32 if dtype is None else dtype)
     element_size = getattr(torch, name).itemsize
     if op == "barrier":
-        return BenchSpec(op, ("0B",), (0,), name, element_size, warmup, iters, world_size)
+        return BenchSpec(op, ("0B",), (0,), name, element_size, warmup, iters, world_size,
+                         bool(control))
     resolved = resolve_sizes(sizes, device_type)
     counts = tuple(element_count(op, n, element_size, world_size) for _, n in resolved)
     return BenchSpec(op, tuple(label for label, _ in resolved), counts, name, element_size,
-                     warmup, iters, world_size)
+                     warmup, iters, world_size, bool(control))
 
 
 def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,
@@ -157,8 +158,12 @@ def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,
         algbw = gbps(size_bytes, time_us)
         wrong = sum(o.wrong for o in outcomes)
         first = next((o.first_wrong for o in outcomes if o.first_wrong), "")
+        control: tuple[float, ...] = ()
+        if outcomes and all(len(o.control) == len(samples_us) for o in outcomes):
+            control = tuple(max(col) for col in zip(*(o.control for o in outcomes),
+                                                     strict=True))
         rows.append(CollectiveRow(label, size_bytes, count, time_us, algbw, algbw * factor,
-                                  wrong, samples_us, per_rank_us, first))
+                                  wrong, samples_us, per_rank_us, first, control))
     return CollectiveResult(spec.op, spec.world_size, backend, device_type, spec.dtype,
                             spec.warmup, spec.iters, factor, tuple(rows))
 

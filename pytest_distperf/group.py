@@ -139,7 +139,7 @@ class DistGroup:
         return result
 
     def bench(self, op: str, sizes: Any = None, *, dtype: Any = None, warmup: int = 5,
-              iters: int = 20) -> CollectiveResult:
+              iters: int = 20, control: bool = True) -> CollectiveResult:
         """Benchmark one collective over a sweep of message sizes, the way nccl-tests does.
 
         ``op``: one of :data:`pytest_distperf.collectives.OPS`; ``sizes``: byte counts or
@@ -147,14 +147,16 @@ class DistGroup:
         GPU; ``dtype``: a torch dtype (default ``torch.float32``).  Per size: ``warmup``
         untimed calls, ``iters`` barrier-aligned timed calls, one correctness check.  Records
         ``<op>.<size>.busbw_gbps`` per size (``barrier.time_us`` for the barrier).  Wrong
-        values raise :class:`~pytest_distperf.collectives.WrongResultError`.
+        values raise :class:`~pytest_distperf.collectives.WrongResultError`.  On CPU ranks
+        each timed call is followed by the host-speed control, as in :meth:`measure`
+        (``control=False`` leaves it out), with which the verdict takes the host's speed out.
         """
         __tracebackhide__ = True
         from pytest_distperf import collectives, hardware
         from pytest_distperf.rank.collectives import bench_on_rank
 
         spec = collectives.plan(op, sizes, dtype, warmup, iters, world_size=self._size,
-                                device_type=self.device_type)
+                                device_type=self.device_type, control=control)
         label = f"bench({op})"
         model = str(self.engine.rank_info()[0].get("device_model", ""))
         peak = hardware.link_peak(self.backend, self.device_type, model)

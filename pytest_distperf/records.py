@@ -337,16 +337,19 @@ class BenchSpec:
     warmup: int
     iters: int
     world_size: int
+    control: bool = True  # the host-speed control after every timed call (CPU ranks)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SizeOutcome:
     """One rank's reply for one size of ``bench``: seconds per timed iteration, and the
-    correctness check (wrong elements, where the first one was)."""
+    correctness check (wrong elements, where the first one was); ``control``: seconds of the
+    host-speed control after each iteration (CPU ranks; else ())."""
 
     samples: tuple[float, ...]
     wrong: int
     first_wrong: str = ""
+    control: tuple[float, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -378,6 +381,8 @@ class CollectiveRow:
     samples_us: tuple[float, ...]
     per_rank_us: tuple[tuple[float, ...], ...]  # [rank][iteration]
     first_wrong: str = ""  # where the first wrong element was seen, when wrong > 0
+    #: per iteration, the slowest rank's host-speed control (seconds; () without one)
+    control_s: tuple[float, ...] = ()
 
     @property
     def spread(self) -> float:
@@ -427,11 +432,11 @@ class CollectiveResult:
         for row in self.rows:
             if self.op == "barrier":
                 out.append(Metric("barrier.time_us", row.time_us, "us", False, row.samples_us,
-                                  world_size=self.world_size))
+                                  world_size=self.world_size, control=row.control_s))
                 continue
             samples = tuple(gbps(row.size_bytes, t) * self.bus_factor for t in row.samples_us)
             out.append(Metric(f"{self.op}.{row.label}.busbw_gbps", row.busbw_gbps, "GB/s", True,
-                              samples, world_size=self.world_size))
+                              samples, world_size=self.world_size, control=row.control_s))
         return out
 
 

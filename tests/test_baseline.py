@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import random
 import sys
@@ -595,6 +596,40 @@ def test_noisy_measurements_are_left_out_of_the_pool() -> None:
     assert verdict == bl.INCONCLUSIVE and "too noisy to tell in all" in detail
     assert decide(base, controlled(scaled(0.5), noise=BUSY))[0] == bl.INCONCLUSIVE
     assert decide(base, busy_same, can_confirm=False)[0] == bl.INCONCLUSIVE
+
+
+def _rates(times: tuple[float, ...]) -> tuple[float, ...]:
+    """Bandwidths (GB/s) of moving 64 MB in ``times`` (s): what ``bench`` records."""
+    return tuple(0.064 / t for t in times)
+
+
+def test_a_bandwidth_is_judged_with_the_control_as_the_time_it_stands_for() -> None:
+    timed = stored_controlled()
+    base = bl.StoredMetric("GB/s", True, 0.064 / TIMES[10], _rates(timed.samples),
+                           control=timed.control, measurements=timed.measurements)
+
+    def rate_window(times: tuple[float, ...], control: tuple[float, ...] = CONTROL,
+                    noise: NoiseFigures | None = QUIET) -> bl.Window:
+        rates = _rates(times)
+        return bl.Window(rates[len(rates) // 2], rates, noise, control)
+
+    # the host 25% slower: 20% less bandwidth, and the control says why
+    host_slow = rate_window(scaled(1.25), scaled(1.25, CONTROL))
+    verdict, a, _, more = decide(base, host_slow)
+    assert (verdict, more) == (bl.UNCHANGED, False)
+    assert a.change == pytest.approx(0.0, abs=1e-9)
+    # the plain rule cannot tell: the same bandwidths without a control are a suspect
+    plain = dataclasses.replace(base, control=(), measurements=())
+    assert decide(plain, bl.Window(host_slow.value, host_slow.samples, QUIET))[3] is True
+    # the collective itself 20% slower at the same host speed: 1/1.2 of the bandwidth
+    slow = rate_window(scaled(1.2))
+    verdict, a, detail, _ = decide(base, *[slow] * CREG)
+    assert verdict == bl.REGRESSED and f"confirmed by {CREG}" in detail
+    assert a.change == pytest.approx(1 / 1.2 - 1, rel=1e-6)  # in the bandwidth's terms
+    assert a.current == pytest.approx(a.baseline / 1.2)
+    assert a.worse == pytest.approx(1 - 1 / 1.2)
+    # and 30% faster is an improvement
+    assert decide(base, rate_window(scaled(1 / 1.3)))[0] == bl.IMPROVED
 
 
 def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:

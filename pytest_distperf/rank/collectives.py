@@ -1,7 +1,8 @@
 """The rank half of ``bench`` and ``bench_pairs``: nccl-tests' measurements on this rank.
 
-:func:`bench_on_rank` runs, per size, a warm-up and a barrier-aligned timed loop
-(:func:`~pytest_distperf.rank.clock.time_iterations`), then one correctness check, as
+:func:`bench_on_rank` runs, per size, a warm-up and a barrier-aligned timed loop, each call
+followed by the host-speed control on CPU ranks
+(:func:`~pytest_distperf.rank.clock.time_with_control`), then one correctness check, as
 nccl-tests orders them; :func:`pairs_on_rank` times every ordered pair of ranks in turn.
 Each op is one setup function in :data:`SETUPS`.  Replies are
 :class:`~pytest_distperf.records.SizeOutcome` and
@@ -15,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from pytest_distperf.rank.clock import Clock, rank_device, time_iterations
+from pytest_distperf.rank.clock import Clock, rank_device, time_with_control
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import CHUNKED_OPS, ROOT, BenchSpec, PairOutcome, SizeOutcome
 
@@ -228,11 +229,11 @@ def bench_on_rank(spec: BenchSpec) -> list[SizeOutcome]:
         set_phase(f"{phase}: allocating")
         ctx = _Ctx(spec.op, rank, n, count, dtype, device)
         case = SETUPS[spec.op](ctx)
-        samples = time_iterations(case.run, warmup=spec.warmup, iters=spec.iters,
-                                  phase=phase)
+        samples, controls = time_with_control(case.run, warmup=spec.warmup, iters=spec.iters,
+                                              phase=phase, control=spec.control)
         set_phase(f"{phase}: checking the result")
         wrong, first = _check(ctx, case)
-        out.append(SizeOutcome(tuple(samples), wrong, first))
+        out.append(SizeOutcome(tuple(samples), wrong, first, tuple(controls)))
         del case
     return out
 

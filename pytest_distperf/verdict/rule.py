@@ -211,11 +211,42 @@ def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
 
 
 def carries_control(higher_is_better: bool, fraction: bool, windows: Sequence[Window]) -> bool:
-    """Whether measurements of a metric can be judged with their control: a time, every
-    sample with a control, every sample positive (judged in log space)."""
-    return (not higher_is_better and not fraction
+    """Whether measurements of a metric can be judged with their control: a time or a rate
+    (a bandwidth is judged as the time it stands for, its inverse), every sample with a
+    control, every sample positive (judged in log space)."""
+    return (not fraction
             and all(len(w.control) == len(w.samples) >= MIN_SAMPLES for w in windows)
             and all(v > 0 for w in windows for v in w.samples))
+
+
+def _inverse(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(1.0 / v if v > 0 else math.nan for v in values)
+
+
+def _as_times(base: StoredMetric, windows: Sequence[Window]
+              ) -> tuple[StoredMetric, list[Window]]:
+    """A rate's baseline and measurements as the times they stand for (their inverses: a
+    bandwidth of 2 GB/s is 0.5 s per GB), so that the control's arithmetic, made for times,
+    judges them."""
+    times = dataclasses.replace(base, unit="", higher_is_better=False,
+                                value=_inverse([base.value])[0], samples=_inverse(base.samples))
+    return times, [dataclasses.replace(w, value=_inverse([w.value])[0],
+                                       samples=_inverse(w.samples)) for w in windows]
+
+
+def _as_rate(a: Assessment, base: StoredMetric, tolerance: float) -> Assessment:
+    """An assessment of a rate's times (:func:`_as_times`) in the rate's own terms: 10% more
+    time is 9.1% less bandwidth; the decision line and the minimum delta are the rate's."""
+    change = (1.0 / (1.0 + a.change) - 1.0
+              if a.change is not None and a.change > -1.0 else None)
+    b = estimate(base.samples, base.value, True, False)
+    c = b * (1.0 + change) if change is not None else math.nan
+    worse = -change if change is not None else 0.0
+    line = tolerance * DECISION_FRACTION
+    big_enough = abs(c - b) >= min_abs_delta(base.unit) and c != b
+    return dataclasses.replace(a, baseline=b, current=c, change=change, worse=worse,
+                               worse_like=big_enough and worse >= line,
+                               better_like=big_enough and -worse >= line)
 
 
 def pooled(windows: Sequence[Window]) -> Window:
@@ -268,6 +299,9 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window],
     with the part of the variation that follows the host-speed control taken out (see the
     module's docstring).  ``baseline`` is the baseline's estimate; ``current`` is that times
     (1 + change): the time the current code would take at the baseline's host speed."""
+    if base.higher_is_better:
+        times, timed = _as_times(base, windows)
+        return _as_rate(assess_controlled(times, timed, tolerance), base, tolerance)
     reasons = [noise_reasons(w, False) for w in windows]
     quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
     use = quiet or list(windows)
@@ -292,7 +326,8 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window],
 
 def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
                       can_confirm: bool) -> tuple[str, Assessment, str, bool]:
-    """:func:`decide` for a time with a host-speed control (see the module's docstring)."""
+    """:func:`decide` for a time (or a rate, as the time it stands for) with a host-speed
+    control (see the module's docstring)."""
     a = assess_controlled(base, windows, tolerance)
     n = len(windows)
     # Unlike a plain time, an adjusted one can be pushed either way by another process (its
