@@ -123,7 +123,7 @@ def element_count(op: str, nbytes: int, element_size: int, world_size: int) -> i
 
 
 def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
-         world_size: int, device_type: str, control: bool = True) -> BenchSpec:
+         world_size: int, device_type: str, control: bool = False) -> BenchSpec:
     """Check every argument of ``bench`` before anything is sent to the ranks."""
     import torch
 

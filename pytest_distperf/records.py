@@ -337,7 +337,7 @@ class BenchSpec:
     warmup: int
     iters: int
     world_size: int
-    control: bool = True  # the host-speed control after every timed call (CPU ranks)
+    control: bool = False  # the host-speed control after every timed call (CPU ranks)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -299,6 +299,16 @@ def restore_all_reduce():
     dist.all_reduce = getattr(dist.all_reduce, "original", dist.all_reduce)
 
 
+def test_bench_with_the_host_speed_control(nccl_group):
+    r = nccl_group.bench("all_reduce", ["64KiB"], iters=5, warmup=1, control=True)
+    (row,) = r.rows
+    assert len(row.control_s) == 5 and min(row.control_s) > 0  # one per timed call
+    (m,) = r.metrics()
+    assert m.control == row.control_s and m.higher_is_better
+    plain = nccl_group.bench("all_reduce", ["64KiB"], iters=5, warmup=1)
+    assert plain.rows[0].control_s == () and plain.metrics()[0].control == ()
+
+
 def test_wrong_reduction_is_counted(nccl_group):
     nccl_group.run(corrupt_all_reduce_on_rank_1)
     try:
@@ -335,7 +345,7 @@ def test_bench_on_real_gloo_groups(pytester: pytest.Pytester,
         "test_bench.py", "--pyargs", "pytest_distperf.suite", "--distperf", "--gpus", "4",
         "-p", "no:cacheprovider", f"--distperf-json={json_path}", "-rf")
     suite_tests = len(OPS) + 1
-    result.assert_outcomes(passed=6 + suite_tests, failed=1)
+    result.assert_outcomes(passed=7 + suite_tests, failed=1)
     result.stdout.fnmatch_lines([
         "*test_wrong_reduction_fails_the_test*",
         "*all_reduce returned wrong values on 4 ranks (gloo, float32); #wrong = 1:",
