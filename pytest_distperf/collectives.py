@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_distperf.config import format_size, parse_size, require_int
 from pytest_distperf.records import (
@@ -26,9 +26,6 @@ from pytest_distperf.records import (
     SizeOutcome,
     gbps,
 )
-
-if TYPE_CHECKING:
-    pass
 
 #: The ops of ``bench``, in the order the suite runs them.
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",

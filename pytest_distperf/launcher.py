@@ -251,10 +251,10 @@ class RankPool:
                 f"({type(exc).__name__}: {exc}); define it in the test module or a module on "
                 f"sys.path, and pass picklable arguments"
             ) from None
-        if self._procs and not self.alive:
-            warnings.warn(f"distperf: {self._lost()} between calls; a fresh pool is started "
-                          f"for {label}", RuntimeWarning, stacklevel=2)
         if not self.alive:
+            if self._procs:  # it was running: say that it died, then start a fresh one
+                warnings.warn(f"distperf: {self._lost()} between calls; a fresh pool is "
+                              f"started for {label}", RuntimeWarning, stacklevel=2)
             self.start()
         try:
             if size < self.world_size and size not in self._subgroups:
@@ -315,9 +315,10 @@ class RankPool:
                 break
             waitables = [self._conns[r] for r in pending]
             waitables += [self._procs[r].sentinel for r in pending]
-            if self._logs is not None:
+            ready_list = wait(waitables, timeout=min(remaining, LOG_CHECK_S))
+            if not ready_list and self._logs is not None:  # a long call: a flood in it?
                 self._logs.trim(sorted(pending))
-            for ready in wait(waitables, timeout=min(remaining, LOG_CHECK_S)):
+            for ready in ready_list:
                 rank = by_sentinel.get(ready) if isinstance(ready, int) else by_conn[id(ready)]
                 if rank is None or rank not in pending:
                     continue

@@ -67,16 +67,19 @@ class RankLogs:
 
     def _read_end(self, rank: int) -> tuple[bytes, int]:
         """The last :data:`FORWARD_BYTES` of the log and how many bytes were left out; the
-        log is emptied."""
+        log is emptied.  A rank that printed nothing costs one ``stat`` (every call runs
+        this)."""
         path = self.path(rank)
+        dropped, self._dropped[rank] = self._dropped[rank], 0
+        if os.path.getsize(path) == 0:
+            return b"", dropped
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             start = max(0, size - FORWARD_BYTES)
             f.seek(start)
             data = f.read(size - start)
         os.truncate(path, 0)
-        dropped = self._dropped[rank] + start
-        self._dropped[rank] = 0
+        dropped += start
         if start:  # cut at a line's start, so no line is shown half
             cut = data.find(b"\n")
             if 0 <= cut < len(data) - 1:

@@ -955,20 +955,12 @@ class ProfileReport:
     def latest_arrival(self) -> tuple[int, float] | None:
         """The rank that arrived last at most collectives, and the share of the collectives
         it did (the first such rank on a tie); None without matched collectives."""
-        if not self.timings:
-            return None
-        last = [t.last_rank for t in self.timings]
-        rank = max(sorted(set(last)), key=last.count)
-        return rank, last.count(rank) / len(last)
+        return _most_often([t.last_rank for t in self.timings])
 
     def persistent_straggler(self) -> tuple[int, float] | None:
         """The rank that was slowest in most steps, and the share of the steps it was (the
         first such rank on a tie); None without a per-step view."""
-        if not self.steps:
-            return None
-        slowest = [s.slowest_rank for s in self.steps]
-        rank = max(sorted(set(slowest)), key=slowest.count)
-        return rank, slowest.count(rank) / len(slowest)
+        return _most_often([s.slowest_rank for s in self.steps])
 
     def metrics(self, prefix: str = "profile", world_size: int = 0) -> list[Metric]:
         """``<prefix>.comm_overhead``, ``<prefix>.imbalance`` and, where there was
@@ -1004,6 +996,14 @@ class ProfileReport:
             out.append(Metric(f"{prefix}.step_time_s", median_or_nan(walls), "s", False,
                               samples=walls, world_size=world_size, kind=INFORMATIONAL))
         return out + comm_count_metrics(self.comm_counts, f"{prefix}.comm.", world_size, "")
+
+
+def _most_often(ranks: Sequence[int]) -> tuple[int, float] | None:
+    """The rank that occurs most often (the lowest on a tie) and its share; None for none."""
+    if not ranks:
+        return None
+    rank = max(sorted(set(ranks)), key=list(ranks).count)
+    return rank, list(ranks).count(rank) / len(ranks)
 
 
 # -- bench_pairs seen by node (pytest_distperf/topology.py) ---------------------------------
@@ -1085,8 +1085,7 @@ class NodeSplit:
 # -- a whole test, for the JSON report and pytest-xdist ----------------------------------------
 #: The result types a measurement may carry, by name (how a result dict is typed again).
 RESULT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    MeasureResult, CollectiveResult, PairMatrix, StepTiming, ScalingResult, ProfileReport,
-    NodeSplit)}
+    MeasureResult, CollectiveResult, PairMatrix, StepTiming, ScalingResult, ProfileReport)}
 
 
 def record_to_dict(record: TestRecord) -> dict[str, Any]:

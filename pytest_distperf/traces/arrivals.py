@@ -48,7 +48,6 @@ def collective_timings(tls: Sequence[Timeline]) -> tuple[CollectiveTiming, ...]:
         for index in range(min(len(s) for s in sequences)):
             ops = [s[index] for s in sequences]
             out.append(_timing(index, group, ops, names))
-    out.sort(key=lambda t: (t.group, t.index))
     return tuple(out)
 
 
