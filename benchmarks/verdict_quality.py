@@ -137,7 +137,7 @@ METRICS = ("matmul.time_s", "plain.time_s")
 KINDS = {"measure": (TEST_FILE, METRICS),
          "bench": (BENCH_FILE, ("all_reduce.4MiB.busbw_gbps", "all_reduce.4MiB.busbw_gbps#2"))}
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
-          "spread", "host_change", "control_slope", "detail")
+          "other_load", "spread", "host_change", "control_slope", "detail")
 
 
 def run_pytest(project: Path, extra: float, save: bool, reps: int,
@@ -189,7 +189,7 @@ def describe(run: dict[str, Any]) -> str:
             f"current {shown:>9} "
             f"meas {v.get('windows') or '-'} host {pct(v.get('host_change')):>6} "
             f"steal {pct(v.get('steal'))} wait {pct(v.get('wait'))} "
-            f"spread {pct(v.get('spread'))}")
+            f"other {pct(v.get('other_load'))} spread {pct(v.get('spread'))}")
     return "".join(parts)
 
 
@@ -222,13 +222,17 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
     steals = [r["run_steal"] for r in compares]
     waits = [r[METRICS[0]]["wait"] for r in compares
              if r.get(METRICS[0], {}).get("wait") is not None]
+    others = [r[METRICS[0]]["other_load"] for r in compares
+              if r.get(METRICS[0], {}).get("other_load") is not None]
     hosts = [r[METRICS[0]]["host_change"] for r in compares
              if r.get(METRICS[0], {}).get("host_change") is not None]
     if steals:
         lines.append(f"host steal over the runs: median {statistics.median(steals):.1%}, max "
                      f"{max(steals):.1%}" + (f"; CPU wait of the ranks: median "
                                              f"{statistics.median(waits):.1%}, max "
-                                             f"{max(waits):.1%}" if waits else ""))
+                                             f"{max(waits):.1%}" if waits else "")
+                     + (f"; other processes' load: median {statistics.median(others):.1%}, "
+                        f"max {max(others):.1%}" if others else ""))
     if hosts:
         lines.append(f"host-speed control vs the baseline's: median "
                      f"{statistics.median(hosts):+.1%}, range {min(hosts):+.1%} to "
@@ -309,7 +313,8 @@ def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, A
                 metrics = [saved[n] for n in METRICS if n in saved]
                 print(f"block {block + 1}: saved baseline (attempt {attempt}) "
                       + "; ".join(f"{m.get('current') or 0:.4g} ({m.get('detail')}, "
-                                  f"CPU wait {pct(m.get('wait'))})" for m in metrics)
+                                  f"CPU wait {pct(m.get('wait'))}, other load "
+                                  f"{pct(m.get('other_load'))})" for m in metrics)
                       + f"; steal(run) {saved['run_steal']:.1%}", flush=True)
                 if not any("noisy" in str(m.get("detail")) for m in metrics):
                     break

@@ -169,9 +169,10 @@ class Verdict:
     or saved (with ``--distperf-save``).  ``change`` is relative, (current - baseline) /
     baseline, in the metric's own direction of numbers; ``confidence`` is 1 - p of the
     one-sided test in the verdict's direction; ``windows`` counts the measurements behind
-    ``current`` (1 + re-measurements); ``steal``, ``wait`` and ``spread`` are the noise
-    figures of the measurement reported; ``host_change`` is how much slower (positive) the
-    host-speed control ran than when the baseline was saved, where the metric has one, and
+    ``current`` (1 + re-measurements); ``steal``, ``wait``, ``other_load`` and ``spread``
+    are the noise figures of the measurement reported; ``host_change`` is how much slower
+    (positive) the host-speed control ran than when the baseline was saved, where the metric
+    has one, and
     ``control_slope`` how strongly the metric follows it (0: not at all, 1: in proportion):
     the change is then judged with that part taken out.  ``explanation`` says what else
     changed in the same measurement (collective counts and bytes, compute and communication
@@ -198,6 +199,7 @@ class Verdict:
     control_slope: float | None = None
     explanation: str = ""
     kind: str = ""
+    other_load: float | None = None
 
 
 #: Repeats a measurement on the same ranks and returns fresh metrics of the same names.

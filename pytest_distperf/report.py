@@ -269,6 +269,8 @@ def _noise(v: Verdict) -> str:
         parts.append(f"host steal {v.steal:.1%}")
     if v.wait is not None:
         parts.append(f"CPU wait {v.wait:.1%}")
+    if v.other_load is not None:
+        parts.append(f"other load {v.other_load:.1%}")
     if v.spread is not None:
         parts.append(f"spread {v.spread:.1%}")
     if v.host_change is not None:

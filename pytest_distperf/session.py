@@ -255,9 +255,10 @@ class DistperfSession:
 
     # -- the noise probe ------------------------------------------------------------------
     def _measured_pids(self) -> list[int]:
-        """The processes a measurement runs in (the ranks), for the noise probe."""
+        """The processes a measurement runs in (the ranks), for the noise probe: under
+        torchrun, this rank and the other local ranks (its agent's children)."""
         if self.mode == "torchrun":
-            return [os.getpid()]
+            return noise.siblings()
         engine = self._engine
         if engine is None or not getattr(engine, "alive", False):
             return []

@@ -711,9 +711,43 @@ def test_noise_figures_from_counters() -> None:
     assert figures.steal == pytest.approx(50 / 500)
     assert figures.wait == pytest.approx((0.4 + 0.6) / (2.0 * 2))  # pid 3 gone, 4 new: left out
     assert figures.too_noisy() == []
+    assert figures.other_load is None  # no CPU times of the measured processes: unknown
     unknown = between(Snapshot(0.0, (), ()), Snapshot(1.0, (), ()))
-    assert (unknown.steal, unknown.wait) == (None, None) and unknown.too_noisy() == []
-    assert "?" in unknown.describe()
+    assert (unknown.steal, unknown.wait, unknown.other_load) == (None, None, None)
+    assert unknown.too_noisy() == [] and "?" in unknown.describe()
+
+
+def test_other_load_is_the_machine_busy_time_the_measured_processes_did_not_use(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sysconf", lambda name: 100)
+    #        user nice system idle iowait irq softirq steal guest guest_nice
+    start = Snapshot(0.0, (100, 0, 50, 800, 0, 0, 0, 0, 0, 0), (), ((1, 10), (2, 20)))
+    end = Snapshot(2.0, (300, 0, 100, 850, 0, 0, 10, 0, 0, 0), (), ((1, 90), (2, 100)))
+    # busy 200 + 50 + 10 = 260 ticks of 2 s x 2 CPUs x 100 = 400; the measured: 160
+    assert between(start, end).other_load == pytest.approx(100 / 400)
+    # ticks lost to accounting never make it negative
+    assert between(start, Snapshot(2.0, start.cpu, (), ((1, 50), (2, 60)))).other_load == 0.0
+    # a measured process that came or went: unknown, not guessed
+    assert between(start, Snapshot(2.0, end.cpu, (), ((1, 90),))).other_load is None
+
+
+@pytest.mark.parametrize(("wait", "other", "noisy"), [
+    (0.55, 0.0, False),   # gloo ranks waiting for each other on an idle machine: the measurement
+    (0.0, 0.5, False),    # a neighbour on a CPU the (sleeping) ranks do not want
+    (0.30, 0.30, True),   # a neighbour the ranks waited for
+    (0.30, None, True),   # other load unknown: the wait alone decides, against WAIT_LIMIT
+    (0.20, None, False),
+    (None, 0.30, True),   # the wait unknown: the other load alone
+])
+def test_a_window_is_noisy_when_other_processes_took_cpu_the_ranks_waited_for(
+        wait: float | None, other: float | None, noisy: bool) -> None:
+    reasons = NoiseFigures(1.0, 0.0, wait, other).too_noisy()
+    assert bool(reasons) == noisy, reasons
+    if noisy and other is not None:
+        assert f"other processes used {other:.0%} of the CPUs" in reasons[0]
 
 
 def test_the_probe_reads_this_machine() -> None:
@@ -724,6 +758,29 @@ def test_the_probe_reads_this_machine() -> None:
     figures = noise.between(noise.snapshot([os.getpid()]), noise.snapshot([os.getpid()]))
     if Path("/proc/stat").exists():
         assert figures.wait is not None and figures.wait >= 0
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")
+def test_the_probe_sees_a_real_neighbour_that_takes_a_cpu() -> None:
+    """A busy process that is not measured takes a whole CPU: at least a tenth of any
+    machine of up to 10 CPUs, whatever else runs (other load only counts up)."""
+    import os
+    import subprocess
+    import time
+
+    from pytest_distperf.verdict import noise
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        start = noise.snapshot([os.getpid()])
+        time.sleep(1.5)
+        figures = noise.between(start, noise.snapshot([os.getpid()]))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert figures.other_load is not None
+    assert figures.other_load > min(noise.OTHER_LOAD_LIMIT, 0.9 / (os.cpu_count() or 1))
 
 
 # -- the spread of a fraction near zero ------------------------------------------------------

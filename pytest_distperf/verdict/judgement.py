@@ -299,6 +299,7 @@ class Save(Judgement):
                             value=window.value, samples=window.samples,
                             steal=window.noise.steal if window.noise else None,
                             wait=window.noise.wait if window.noise else None,
+                            other_load=window.noise.other_load if window.noise else None,
                             control=window.control,
                             measurements=window.sizes if window.control else (),
                             kind=metric.kind)
@@ -333,6 +334,7 @@ class Save(Judgement):
                        windows=count,
                        steal=window.noise.steal if window.noise else None,
                        wait=window.noise.wait if window.noise else None,
+                       other_load=window.noise.other_load if window.noise else None,
                        spread=spread(window.samples, new.higher_is_better, new.is_fraction),
                        detail=detail)
 

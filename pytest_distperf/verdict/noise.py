@@ -1,6 +1,6 @@
 """The noise probe: how much CPU the measured processes were denied while they were measured.
 
-Two figures per measurement window, both read from Linux's ``/proc`` (no torch, no pytest):
+Three figures per measurement window, all read from Linux's ``/proc`` (no torch, no pytest):
 
 * **host steal**: the share of all CPU time in the window that the hypervisor gave to other
   guests (the ``steal`` column of the ``cpu`` line of ``/proc/stat``).  Cloud CI runners lose
@@ -9,7 +9,22 @@ Two figures per measurement window, both read from Linux's ``/proc`` (no torch, 
   waited for a CPU (the second field of ``/proc/<pid>/task/<tid>/schedstat``), per second of
   the window.  Other jobs on the same machine show up here: on a 2-core machine where another
   process keeps one core busy, the ranks wait about half of the time and every timing doubles,
-  even the fastest one.
+  even the fastest one.  But the ranks also wait for *each other*: gloo's worker threads and
+  the ranks of a collective share the cores, so on a 2-core runner the ranks of an idle
+  machine wait 0.45-0.65 s/s in any collective.  The wait alone cannot tell a neighbour from
+  the measurement itself;
+* **other load**: the share of the machine's CPU time (all cores) that went to processes
+  other than the measured ones and this one: the busy time of ``/proc/stat`` minus the
+  ``utime + stime`` of the measured processes and of the controller (``/proc/<pid>/stat``).
+  An idle machine reads 0 (within the tick accounting, about -0.07..+0.02 here); a
+  neighbour that keeps one of 2 cores busy reads 0.3-0.5.
+
+A window is too noisy when the host steal is past its limit, or when other processes took
+more than ``OTHER_LOAD_LIMIT`` of the machine *and* the ranks waited for a CPU more than
+``WAIT_FLOOR`` (both: a neighbour on cores the ranks do not want, as on a 16-core runner
+with 2 ranks, costs them nothing, and ranks that wait only for each other are the
+measurement, not noise).  Where the other load cannot be read, the wait alone decides, with
+``WAIT_LIMIT``.
 
 Where a figure cannot be read (not Linux, no schedstat, a process born during the window) it
 is ``None``: unknown, never guessed.
@@ -29,17 +44,27 @@ STEAL_LIMIT = 0.20
 #: that have the machine to themselves wait 0.05-0.11 s/s here (their own helper threads and
 #: the controller share the cores); another busy process pushes it to 0.3-0.9.
 WAIT_LIMIT = 0.25
+#: Above this share of the machine's CPU time used by other processes (with the ranks
+#: waiting for a CPU past ``WAIT_FLOOR``) a window is too noisy: a tenth of the machine.  An
+#: idle 2-core machine reads about 0; a neighbour busy 30% of the time reads 0.10-0.14 and
+#: costs a CPU-bound measurement about as much; one busy all the time reads 0.28-0.49.
+OTHER_LOAD_LIMIT = 0.10
+#: The ranks' CPU wait (s/s per rank) below which no neighbour is slowing them: sleeping or
+#: blocked ranks wait 0.00-0.01 however busy the machine is.
+WAIT_FLOOR = 0.05
 
 _STEAL_COLUMN = 7  # user nice system idle iowait irq softirq steal guest guest_nice
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Counters at one moment: machine-wide CPU jiffies and, per pid, the run-queue wait."""
+    """Counters at one moment: machine-wide CPU jiffies and, per pid, the run-queue wait
+    and the CPU time (the measured processes', then this process's)."""
 
     monotonic: float
     cpu: tuple[int, ...]  # the cpu line of /proc/stat; () when unreadable
     wait_ns: tuple[tuple[int, int], ...]  # (pid, total run-queue wait of its threads in ns)
+    ticks: tuple[tuple[int, int], ...] = ()  # (pid, utime + stime in clock ticks)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +74,7 @@ class NoiseFigures:
     seconds: float
     steal: float | None  # share of all CPU time stolen by the host, 0..1
     wait: float | None  # mean seconds a measured process waited for a CPU, per second
+    other_load: float | None = None  # share of all CPU time used by other processes, 0..1
 
     def too_noisy(self) -> list[str]:
         """Why the window cannot be trusted (empty when it can).
@@ -59,14 +85,21 @@ class NoiseFigures:
         reasons: list[str] = []
         if self.steal is not None and self.steal > STEAL_LIMIT:
             reasons.append(f"host steal {self.steal:.0%} > {STEAL_LIMIT:.0%}")
-        if self.wait is not None and self.wait > WAIT_LIMIT:
-            reasons.append(f"CPU wait {self.wait:.0%} > {WAIT_LIMIT:.0%}")
+        if self.other_load is None:
+            if self.wait is not None and self.wait > WAIT_LIMIT:
+                reasons.append(f"CPU wait {self.wait:.0%} > {WAIT_LIMIT:.0%}")
+        elif self.other_load > OTHER_LOAD_LIMIT and (self.wait is None
+                                                     or self.wait > WAIT_FLOOR):
+            waited = "" if self.wait is None else f", the ranks waiting {self.wait:.0%}"
+            reasons.append(f"other processes used {self.other_load:.0%} of the CPUs > "
+                           f"{OTHER_LOAD_LIMIT:.0%}{waited}")
         return reasons
 
     def describe(self) -> str:
         steal = "?" if self.steal is None else f"{self.steal:.1%}"
         wait = "?" if self.wait is None else f"{self.wait:.1%}"
-        return f"host steal {steal}, CPU wait {wait}"
+        other = "?" if self.other_load is None else f"{self.other_load:.1%}"
+        return f"host steal {steal}, CPU wait {wait}, other load {other}"
 
 
 def _read_cpu_line() -> tuple[int, ...]:
@@ -96,13 +129,76 @@ def _wait_ns(pid: int) -> int | None:
     return total
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of ``pid`` (all its threads, in clock ticks); None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def siblings() -> list[int]:
+    """This process and the others of its parent: under torchrun, the local ranks (the agent
+    starts them all), which are the measurement, not neighbours.  Only this process when the
+    parent is init or ``/proc`` cannot be listed."""
+    me, parent = os.getpid(), os.getppid()
+    if parent <= 1:
+        return [me]
+    found = [me]
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(parent):
+            found.append(int(entry))
+    return found
+
+
 def snapshot(pids: Iterable[int] = ()) -> Snapshot:
+    """The counters now, for the measured processes ``pids`` (this process is added to the
+    CPU time: the controller is part of the measurement, not a neighbour)."""
+    pids = list(pids)
     waits = []
     for pid in pids:
         value = _wait_ns(pid)
         if value is not None:
             waits.append((pid, value))
-    return Snapshot(time.monotonic(), _read_cpu_line(), tuple(waits))
+    ticks = []
+    for pid in dict.fromkeys([*pids, os.getpid()]):
+        value = _cpu_ticks(pid)
+        if value is not None:
+            ticks.append((pid, value))
+    return Snapshot(time.monotonic(), _read_cpu_line(), tuple(waits), tuple(ticks))
+
+
+def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
+    """The share of the machine's CPU time in the window that processes other than the
+    measured ones and this one used; None when it cannot be read.  Clipped at 0 (tick
+    accounting puts the difference a few percent either side of the truth)."""
+    if (len(start.cpu) <= _STEAL_COLUMN or len(end.cpu) != len(start.cpu) or seconds <= 0
+            or not start.ticks):
+        return None
+    before = dict(start.ticks)
+    after = dict(end.ticks)
+    if set(before) != set(after):
+        return None  # a measured process came or went: its ticks cannot be told apart
+    deltas = [b - a for a, b in zip(start.cpu, end.cpu, strict=True)]
+    # user nice system irq softirq: time the CPUs ran something (idle, iowait and steal not)
+    busy = deltas[0] + deltas[1] + deltas[2] + deltas[5] + deltas[6]
+    ours = sum(after[pid] - before[pid] for pid in before)
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    capacity = seconds * hz * (os.cpu_count() or 1)
+    return max(0.0, (busy - ours) / capacity)
 
 
 def between(start: Snapshot, end: Snapshot) -> NoiseFigures:
@@ -125,4 +221,4 @@ def between(start: Snapshot, end: Snapshot) -> NoiseFigures:
     if common and seconds > 0:
         waited = sum(max(0, b - a) for a, b in common) / 1e9
         wait = waited / (seconds * len(common))
-    return NoiseFigures(seconds, steal, wait)
+    return NoiseFigures(seconds, steal, wait, _other_load(start, end, seconds))

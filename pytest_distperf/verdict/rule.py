@@ -259,8 +259,9 @@ def pooled(windows: Sequence[Window]) -> Window:
     if figures:
         steals = [f.steal for f in figures if f.steal is not None]
         waits = [f.wait for f in figures if f.wait is not None]
+        others = [f.other_load for f in figures if f.other_load is not None]
         noise = NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
-                             max(waits, default=None))
+                             max(waits, default=None), max(others, default=None))
     value = median_or_nan(samples) if samples else windows[0].value
     sizes = tuple(n for w in windows for n in (w.sizes or (len(w.samples),)))
     return Window(value, samples, noise, control, sizes)
@@ -438,6 +439,7 @@ def make_verdict(metric: Metric, verdict: str, env_id: str, assessment: Assessme
         tolerance=tolerance, windows=windows,
         steal=noise.steal if noise is not None else None,
         wait=noise.wait if noise is not None else None,
+        other_load=noise.other_load if noise is not None else None,
         spread=a.spread if a is not None else None,
         detail=detail,
         host_change=a.host_change if a is not None else None,

@@ -125,6 +125,7 @@ class StoredMetric:
     control: tuple[float, ...] = ()  # the host-speed control, one per sample, or ()
     measurements: tuple[int, ...] = ()  # sizes of the pooled measurements (sum: len(samples))
     kind: str = ""  # the metric's kind (records.METRIC_KINDS): "", "exact", "informational"
+    other_load: float | None = None
 
     @property
     def is_fraction(self) -> bool:
@@ -164,6 +165,8 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
         table["steal"] = round(metric.steal, 4)
     if metric.wait is not None:
         table["cpu_wait"] = round(metric.wait, 4)
+    if metric.other_load is not None:
+        table["other_load"] = round(metric.other_load, 4)
     table["samples"] = [_round(v) for v in metric.samples]
     if metric.control:
         table["control"] = [_round(v) for v in metric.control]
@@ -203,7 +206,8 @@ class BaselineFile:
                 steal=_opt_float(table.get("steal")), wait=_opt_float(table.get("cpu_wait")),
                 control=tuple(float(v) for v in table.get("control", ())),
                 measurements=tuple(int(v) for v in table.get("measurements", ())),
-                kind=str(table.get("kind", "")))
+                kind=str(table.get("kind", "")),
+                other_load=_opt_float(table.get("other_load")))
         return out
 
 
@@ -391,7 +395,7 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
     if table["unit"] in TIME_UNITS and (table["value"] < 0 or any(v < 0 for v in samples)):
         raise fail([*keys, "value" if table["value"] < 0 else "samples"],
                    f"metric {label}: a time ({table['unit']}) cannot be negative")
-    for key in ("steal", "cpu_wait"):
+    for key in ("steal", "cpu_wait", "other_load"):
         if key in table and not _is_number(table[key]):
             raise fail([*keys, key], f"metric {label}: {key} must be a number")
     control = table.get("control")
