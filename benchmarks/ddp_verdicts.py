@@ -18,6 +18,11 @@ process with a fresh rank pool, in shuffled order:
   (4) more rows of the 20-row batch through forward and backward; the same parameters,
   buckets and bytes.
 
+``--kind profile`` runs the same model's DDP step under ``dist_profiler`` (``setup`` builds
+the DDP model, 3 profiled steps) instead: its exact metrics are ``profile.comm.<op>.calls``
+and ``.bytes``; its timing figures are informational (one profiled call, no samples to test),
+so the slowdowns are not run for it.
+
 A communication change is *caught* when the run fails with an exact metric regressed; a
 slowdown when ``step_time_s`` is regressed.  For every run it records the verdict of every
 metric, the explanation of the first exact regression, and the wall time; the cost of the
@@ -28,6 +33,7 @@ measurements, nothing to compare or confirm).
     python benchmarks/ddp_verdicts.py --clean 2 --changed 1   # a smoke run
     python benchmarks/ddp_verdicts.py --json runs.json     # keep every run's figures
     python benchmarks/ddp_verdicts.py --no-control         # step_time_s by the plain rule
+    python benchmarks/ddp_verdicts.py --kind profile       # dist_profiler's exact counts
 
 Results: benchmarks/ddp_verdicts.md.
 """
@@ -87,12 +93,34 @@ TEST_FILE = textwrap.dedent('''
         return logits.float().logsumexp(-1).mean()
 
 
-    def test_gpt_step(ddp_step_timer):
+    def ddp_kwargs():
         kwargs = {"bucket_cap_mb": float(os.environ.get("EQ_BUCKET_MB", "25"))}
         if os.environ.get("EQ_UNUSED") == "1":
             kwargs["find_unused_parameters"] = True
+        return kwargs
+
+
+    def test_gpt_step(ddp_step_timer):
         ddp_step_timer(TinyGPT, batch, steps=10, warmup=2, loss_fn=loss,
-                       wrapper_kwargs=kwargs, control=os.environ.get("EQ_CONTROL") != "0")
+                       wrapper_kwargs=ddp_kwargs(), control=os.environ.get("EQ_CONTROL") != "0")
+
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(TinyGPT(), **ddp_kwargs())
+        return model, torch.optim.SGD(model.parameters(), lr=0.01), batch(dist.get_rank())
+
+
+    def train_step(state):
+        model, opt, tokens = state
+        opt.zero_grad()
+        loss(model(tokens)).backward()
+        opt.step()
+
+
+    def test_gpt_profile(dist_profiler):
+        dist_profiler.warmup = 2  # DDP rebuilds its buckets in its second step: not profiled
+        dist_profiler(train_step, setup=build, steps=3)
 ''')
 
 CHANGES: dict[str, dict[str, str]] = {
@@ -108,13 +136,13 @@ CHANGES: dict[str, dict[str, str]] = {
 SLOWDOWNS = ("slower10", "slower20")
 
 
-def run_pytest(project: Path, env_extra: dict[str, str], *, save: bool = False
-               ) -> dict[str, Any]:
+def run_pytest(project: Path, env_extra: dict[str, str], *, save: bool = False,
+               test: str = "test_gpt_step") -> dict[str, Any]:
     report = project / "report.json"
     report.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--distperf",
            "--gpus", "2", "-o", "distperf_max_comm_overhead=1", "-o",
-           "distperf_max_imbalance=1", "--distperf-json", str(report), "test_eq.py"]
+           "distperf_max_imbalance=1", "--distperf-json", str(report), f"test_eq.py::{test}"]
     if save:
         cmd.append("--distperf-save")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EQ_")}
@@ -150,7 +178,7 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
             "step_explanation": verdicts.get("step_time_s", {}).get("explanation", "")}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clean", type=int, default=30, help="clean compare runs")
     parser.add_argument("--changed", type=int, default=10, help="runs of each slowdown")
@@ -160,18 +188,24 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument("--no-control", action="store_true",
                         help="ddp_step_timer(control=False): step_time_s by the plain rule")
-    args = parser.parse_args()
+    parser.add_argument("--kind", choices=("ddp", "profile"), default="ddp",
+                        help="ddp: ddp_step_timer (default); profile: dist_profiler's exact "
+                             "counts (no slowdown runs: its timings are informational)")
+    args = parser.parse_args(argv)
     if args.no_control:
         for env in CHANGES.values():
             env["EQ_CONTROL"] = "0"
+    test = "test_gpt_profile" if args.kind == "profile" else "test_gpt_step"
+    if args.kind == "profile":
+        args.changed = 0
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="distperf-ddpv-") as tmp:
         project = Path(tmp)
         (project / "test_eq.py").write_text(TEST_FILE)
         print("baseline: no file yet (the cost reference) ...", flush=True)
-        bare = [run_pytest(project, CHANGES["clean"])["wall_s"] for _ in range(2)]
+        bare = [run_pytest(project, CHANGES["clean"], test=test)["wall_s"] for _ in range(2)]
         print("saving the baseline ...", flush=True)
-        saved = run_pytest(project, CHANGES["clean"], save=True)
+        saved = run_pytest(project, CHANGES["clean"], save=True, test=test)
         if saved["exit"] != 0:
             raise SystemExit(f"the save failed: {saved}")
         order = ["clean"] * args.clean + [
@@ -180,7 +214,7 @@ def main() -> None:
         random.Random(args.seed).shuffle(order)
         runs = []
         for i, kind in enumerate(order, 1):
-            run = summarise(kind, run_pytest(project, CHANGES[kind]))
+            run = summarise(kind, run_pytest(project, CHANGES[kind], test=test))
             runs.append(run)
             change = run["step"]["change"]
             print(f"[{i}/{len(order)}] {kind:<8} exit {run['exit']}  {run['wall_s']:.1f} s  "
@@ -194,7 +228,7 @@ def main() -> None:
 def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.datetime,
            args: argparse.Namespace) -> None:
     print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, python {platform.python_version()}")
+          f"{os.cpu_count()} cores, python {platform.python_version()}, --kind {args.kind}")
     print("caught: step_time_s regressed (slowdowns) or an exact metric regressed (the "
           "rest); timing regr/inconcl: any measured metric")
     print(f"{'kind':<9} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "

@@ -22,6 +22,8 @@ ran than at the save, and the host steal over the whole run from /proc/stat.
     python benchmarks/verdict_quality.py --hog 0.3           # with a noisy neighbour
     python benchmarks/verdict_quality.py --no-plain          # the controlled metric only
     python benchmarks/verdict_quality.py --kind bench        # bench()'s bus bandwidth
+    python benchmarks/verdict_quality.py --kind ddp          # a GPT step (ddp_verdicts.py)
+    python benchmarks/verdict_quality.py --kind profile      # its profile's exact counts
 
 Results and method: benchmarks/verdict_quality.md.
 """
@@ -68,11 +70,14 @@ TEST_FILE = textwrap.dedent('''
 ''')
 
 #: ``--kind bench``: a 4 MiB all-reduce benchmarked with ``nccl_group.bench`` (bus
-#: bandwidth, higher is better), with the control and, as ``#2``, without it.  A slow run
-#: sends VQ_EXTRA of the buffer once more inside every timed all-reduce: more traffic in the
-#: same call, as a collective that got slower would cost.
+#: bandwidth, higher is better), with the control (the default) and, as ``#2``, without it.
+#: A slow run makes every all-reduce VQ_EXTRA longer than it took: each rank, after the
+#: call, spins for VQ_EXTRA of the call's own time (a proportional slowdown of the timed
+#: call, whatever the host's speed; R17 sent VQ_EXTRA of the buffer once more instead,
+#: which cost 30-45%, not 10-20%).
 BENCH_FILE = textwrap.dedent('''
     import os
+    import time
 
     import torch.distributed as dist
 
@@ -80,23 +85,26 @@ BENCH_FILE = textwrap.dedent('''
     ORIGINAL = dist.all_reduce
 
 
-    def more_bytes(tensor, *args, **kwargs):
-        n = int(tensor.numel() * EXTRA)
-        if n:  # on a copy: the benchmark's own result stays right
-            ORIGINAL(tensor.view(-1)[:n].clone(), *args, **kwargs)
-        return ORIGINAL(tensor, *args, **kwargs)
+    def longer(*args, **kwargs):
+        start = time.perf_counter()
+        out = ORIGINAL(*args, **kwargs)
+        took = time.perf_counter() - start
+        end = time.perf_counter() + took * EXTRA
+        while time.perf_counter() < end:
+            pass
+        return out
 
 
     def install():
         if EXTRA:
-            dist.all_reduce = more_bytes  # on this rank, for the rest of this pytest run
+            dist.all_reduce = longer  # on this rank, for the rest of this pytest run
 
 
     def test_bench(nccl_group):
         nccl_group.run(install)
-        nccl_group.bench("all_reduce", ["4MiB"], control=True)
+        nccl_group.bench("all_reduce", ["4MiB"])
         if os.environ.get("VQ_PLAIN") == "1":
-            nccl_group.bench("all_reduce", ["4MiB"])
+            nccl_group.bench("all_reduce", ["4MiB"], control=False)
 ''')
 
 STEAL_COLUMN = 7
@@ -242,7 +250,24 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+#: The kinds measured on a real training step, with the communication changes of a real
+#: model: benchmarks/ddp_verdicts.py runs them (its own options: --clean, --changed, --comm).
+STEP_KINDS = ("ddp", "profile")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--kind", default="measure")
+    if first.parse_known_args(argv)[0].kind in STEP_KINDS:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "ddp_verdicts", Path(__file__).with_name("ddp_verdicts.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.main(argv)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--blocks", type=int, default=2,
                         help="blocks, each: save a baseline, then its compare runs (default 2)")
@@ -262,9 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plain", action="store_true",
                         help="measure only the metric with the host-speed control")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
-    parser.add_argument("--kind", choices=sorted(KINDS), default="measure",
+    parser.add_argument("--kind", choices=sorted(KINDS) + list(STEP_KINDS), default="measure",
                         help="measure: a matmul loop timed by measure() (default); bench: a "
-                             "4 MiB all-reduce's bus bandwidth from bench()")
+                             "4 MiB all-reduce's bus bandwidth from bench(); ddp: a GPT "
+                             "step's step_time_s, comm_overhead and exact counts from "
+                             "ddp_step_timer; profile: the same step's exact counts from "
+                             "dist_profiler (the last two run benchmarks/ddp_verdicts.py)")
     args = parser.parse_args(argv)
     global TEST_FILE, METRICS
     TEST_FILE, METRICS = KINDS[args.kind]

@@ -6,6 +6,7 @@ import dataclasses
 import multiprocessing
 import random
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -758,6 +759,28 @@ def test_the_probe_reads_this_machine() -> None:
     figures = noise.between(noise.snapshot([os.getpid()]), noise.snapshot([os.getpid()]))
     if Path("/proc/stat").exists():
         assert figures.wait is not None and figures.wait >= 0
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")
+def test_under_torchrun_the_measured_processes_are_the_agents_children() -> None:
+    """Local ranks are the children of one torchrun agent: each finds itself and the other
+    (so neither counts the other as a neighbour), and not the agent."""
+    import json
+    import subprocess
+
+    agent = textwrap.dedent("""
+        import json, subprocess, sys
+        rank = ("import json, time; from pytest_distperf.verdict import noise; "
+                "time.sleep(1.0); print(json.dumps(sorted(noise.siblings())))")
+        procs = [subprocess.Popen([sys.executable, "-c", rank], stdout=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        seen = [json.loads(p.communicate()[0]) for p in procs]
+        print(json.dumps({"ranks": sorted(p.pid for p in procs), "seen": seen}))
+    """)
+    out = subprocess.run([sys.executable, "-c", agent], capture_output=True, text=True,
+                         check=True, timeout=60)
+    result = json.loads(out.stdout)
+    assert result["seen"] == [result["ranks"], result["ranks"]], result
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")

@@ -300,12 +300,12 @@ def restore_all_reduce():
 
 
 def test_bench_with_the_host_speed_control(nccl_group):
-    r = nccl_group.bench("all_reduce", ["64KiB"], iters=5, warmup=1, control=True)
+    r = nccl_group.bench("all_reduce", ["64KiB"], iters=5, warmup=1)  # on by default on CPU
     (row,) = r.rows
     assert len(row.control_s) == 5 and min(row.control_s) > 0  # one per timed call
     (m,) = r.metrics()
     assert m.control == row.control_s and m.higher_is_better
-    plain = nccl_group.bench("all_reduce", ["64KiB"], iters=5, warmup=1)
+    plain = nccl_group.bench("all_reduce", ["64KiB"], iters=5, warmup=1, control=False)
     assert plain.rows[0].control_s == () and plain.metrics()[0].control == ()
 
 
