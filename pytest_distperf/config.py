@@ -34,6 +34,9 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "max_comm_overhead": 0.30,
     "max_imbalance": 0.10,
     "min_scaling_efficiency": 0.80,
+    # dist_profiler's profile.arrival_skew: off unless set (on a shared CPU runner a skew is
+    # mostly scheduling; on GPUs, where a late rank is a real straggler, set it)
+    "max_arrival_skew": math.inf,
 }
 #: Default relative tolerance of the baseline comparison (10%).
 DEFAULT_TOLERANCE = 0.10

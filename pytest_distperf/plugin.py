@@ -125,7 +125,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   "line", type="linelist", default=[])
     for name, default in DEFAULT_THRESHOLDS.items():
         parser.addini(f"distperf_{name}",
-                      f"project-wide {name} threshold (default {default:g}); the baseline "
+                      f"project-wide {name} threshold (default "
+                      f"{'off' if default == float('inf') else f'{default:g}'}); the baseline "
                       f"file's thresholds table and the distperf marker override it",
                       type="string", default="")
 
@@ -242,7 +243,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "distperf(world_size=None, max_comm_overhead=None, max_imbalance=None, "
-        "min_scaling_efficiency=None, tolerance=None, exact_tolerance=None): a distributed "
+        "min_scaling_efficiency=None, max_arrival_skew=None, tolerance=None, "
+        "exact_tolerance=None): a distributed "
         "performance test; overrides the group size and thresholds for this test",
     )
     try:

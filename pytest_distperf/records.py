@@ -107,8 +107,8 @@ class Metric:
     ``name`` is stable across runs (``all_reduce.16MiB.busbw_gbps``, ``step_time_s``);
     ``samples`` are the per-iteration values behind ``value`` (the estimator's input);
     ``threshold`` names the threshold that applies (``max_comm_overhead``,
-    ``max_imbalance``, ``min_scaling_efficiency``) or is empty; ``ranks`` are the ranks a
-    breach concerns (stragglers); ``hint`` is what to do about a breach; ``control``, for a
+    ``max_imbalance``, ``min_scaling_efficiency``, ``max_arrival_skew``) or is empty;
+    ``ranks`` are the ranks a breach concerns (stragglers); ``hint`` is what to do about a breach; ``control``, for a
     time measured on CPU ranks, holds per sample the time of the host-speed control run right
     after it (:mod:`pytest_distperf.rank.clock`), with which the verdict takes the host's speed
     out.
@@ -969,9 +969,11 @@ class ProfileReport:
         communication, ``<prefix>.overlap``: informational (one call has no samples to
         test; their thresholds still apply); ``<prefix>.arrival_skew_s`` (the median over the
         collectives of the spread of the ranks' arrivals, the rank that arrived last most
-        often as its rank) and ``<prefix>.step_time_s`` (one sample per step), informational;
-        and, exact, ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the
-        call.  None when the ranks were out of step."""
+        often as its rank), ``<prefix>.arrival_skew`` (the same spread as a share of the
+        step, one sample per collective; threshold ``max_arrival_skew``, off by default) and
+        ``<prefix>.step_time_s`` (one sample per step), informational; and, exact,
+        ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the call.  None when the ranks were
+        out of step."""
         if self.desync:
             return []
         hints = {b.kind: b.suggestion for b in reversed(self.bottlenecks)}
@@ -993,6 +995,18 @@ class ProfileReport:
             out.append(Metric(f"{prefix}.arrival_skew_s", median_or_nan(skews), "s", False,
                               samples=skews, ranks=(late[0],), world_size=world_size,
                               kind=INFORMATIONAL))
+            step = (median_or_nan([s.wall_time_s for s in self.steps]) if self.steps
+                    else self.wall_time_s)
+            if step > 0:
+                shares = tuple(min(1.0, v / step) for v in skews)
+                out.append(Metric(
+                    f"{prefix}.arrival_skew", median_or_nan(shares), "fraction", False,
+                    samples=shares, threshold="max_arrival_skew", ranks=(late[0],),
+                    hint=(f"rank {late[0]} arrived last at {late[1]:.0%} of the collectives "
+                          "and the others waited for it: look at what it does before them "
+                          "(its input, its compute, its host); report.timings has every "
+                          "collective's arrivals"),
+                    world_size=world_size, kind=INFORMATIONAL))
         if self.steps:
             walls = tuple(s.wall_time_s for s in self.steps)
             out.append(Metric(f"{prefix}.step_time_s", median_or_nan(walls), "s", False,

@@ -184,6 +184,16 @@ def test_thresholds() -> None:
     assert "exceeds max_comm_overhead = 0.300" in breaches[0].describe()
 
 
+def test_max_arrival_skew_is_off_until_set() -> None:
+    skew = Metric("profile.arrival_skew", 0.7, "fraction", threshold="max_arrival_skew",
+                  ranks=(1,))
+    assert math.isinf(resolve_thresholds()["max_arrival_skew"])
+    assert check_thresholds([skew], resolve_thresholds()) == []
+    (breach,) = check_thresholds([skew], resolve_thresholds({"max_arrival_skew": 0.1}))
+    assert breach.describe() == ("profile.arrival_skew = 0.700 exceeds max_arrival_skew = "
+                                 "0.100 (ranks involved: 1)")
+
+
 def test_a_breach_the_noise_could_have_made_is_inconclusive() -> None:
     """With the noise probe past its limits, a fraction over its limit in the median step
     but within it in the good quarter of the steps is inconclusive; one over it in every

@@ -111,6 +111,15 @@ def test_setup_and_steps(dist_profiler):
     steps = sorted((e["pid"], e["name"]) for e in events
                    if e.get("name", "").startswith("ProfilerStep#"))
     assert steps == [(r, f"ProfilerStep#{i}") for r in (0, 1) for i in range(3)]
+
+@pytest.mark.distperf(max_comm_overhead=1.5, max_imbalance=1e6, max_arrival_skew=0.1)
+def test_a_late_rank_breaches_max_arrival_skew(dist_profiler):
+    def late():  # rank 1 reaches every all-reduce ~90 ms after rank 0, in a ~130 ms step
+        time.sleep(0.12 if dist.get_rank() == 1 else 0.03)
+        dist.all_reduce(torch.ones(16))
+    dist_profiler.warmup = 0
+    report = dist_profiler(late, steps=3)
+    assert report.latest_arrival()[0] == 1
 '''
 
 DEFAULT_DIR_TEST = r'''
@@ -135,14 +144,21 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
     pytester.makepyfile(test_profiled=PROFILE_TESTS)
     result = pytester.runpytest_subprocess(*BASE, "--distperf-trace", str(trace_dir),
                                            "--distperf-json", str(report_json))
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(["*test_straggler_fails_the_verdict*",
                                  "*profile.imbalance*max_imbalance*"])
     failure = result.stdout.str().split("test_straggler_fails_the_verdict", 1)[1]
     assert "ranks involved: 1" in failure or "rank 1" in failure
+    # off by default (test_setup_and_steps has a rank 90 ms late too, and passes); set, a
+    # breach names the rank that arrived last
+    result.stdout.fnmatch_lines([
+        "*test_a_late_rank_breaches_max_arrival_skew*",
+        "*profile.arrival_skew = 0.* exceeds max_arrival_skew = 0.100 (ranks involved: 1)",
+        "*suggestion: rank 1 arrived last at *% of the collectives and the others waited*"])
 
     files = sorted(p.name for p in trace_dir.iterdir() if p.is_file())
-    assert files == ["test_profiled.py__test_profile_structure.trace.json",
+    assert files == ["test_profiled.py__test_a_late_rank_breaches_max_arrival_skew.trace.json",
+                     "test_profiled.py__test_profile_structure.trace.json",
                      "test_profiled.py__test_second_profile_and_one_rank.2.trace.json",
                      "test_profiled.py__test_second_profile_and_one_rank.trace.json",
                      "test_profiled.py__test_setup_and_steps.trace.json",
@@ -232,10 +248,14 @@ def test_profiler_writes_records_and_remeasures(tmp_path: Path) -> None:
     assert [(m.name, m.kind) for m in metrics] == [
         ("profile.comm_overhead", "informational"), ("profile.imbalance", "informational"),
         ("profile.overlap", "informational"), ("profile.arrival_skew_s", "informational"),
+        ("profile.arrival_skew", "informational"),
         ("profile.comm.all_reduce.calls", "exact"), ("profile.comm.all_reduce.bytes", "exact"),
         ("profile.comm.broadcast.calls", "exact"), ("profile.comm.broadcast.bytes", "exact")]
+    skew = metrics[4]
+    assert skew.threshold == "max_arrival_skew" and skew.unit == "fraction"
+    assert 0 <= skew.value <= 1 and len(skew.samples) == 2  # one per collective
     # one call of each, 256 float32 elements each
-    assert [m.value for m in metrics[4:]] == [1, 1024, 1, 1024]
+    assert [m.value for m in metrics[5:]] == [1, 1024, 1, 1024]
     assert remeasure is not None
     assert [m.name for m in remeasure()] == [m.name for m in metrics]
     assert len([p for p in tmp_path.iterdir() if p.is_file()]) == 1  # re-measuring writes no trace
