@@ -108,9 +108,9 @@ class Metric:
     ``samples`` are the per-iteration values behind ``value`` (the estimator's input);
     ``threshold`` names the threshold that applies (``max_comm_overhead``,
     ``max_imbalance``, ``min_scaling_efficiency``, ``max_arrival_skew``) or is empty;
-    ``ranks`` are the ranks a breach concerns (stragglers); ``hint`` is what to do about a breach; ``control``, for a
-    time measured on CPU ranks, holds per sample the time of the host-speed control run right
-    after it (:mod:`pytest_distperf.rank.clock`), with which the verdict takes the host's speed
+    ``ranks`` are the ranks a breach concerns (stragglers); ``hint`` is what to do about a
+    breach; ``control``, for a time measured on CPU ranks, holds per sample the time of the
+    host-speed control run right after it (:mod:`pytest_distperf.rank.clock`), with which the verdict takes the host's speed
     out.
     """
 
