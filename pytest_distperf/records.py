@@ -110,8 +110,8 @@ class Metric:
     ``max_imbalance``, ``min_scaling_efficiency``, ``max_arrival_skew``) or is empty;
     ``ranks`` are the ranks a breach concerns (stragglers); ``hint`` is what to do about a
     breach; ``control``, for a time measured on CPU ranks, holds per sample the time of the
-    host-speed control run right after it (:mod:`pytest_distperf.rank.clock`), with which the verdict takes the host's speed
-    out.
+    host-speed control run right after it (:mod:`pytest_distperf.rank.clock`), with which
+    the verdict takes the host's speed out.
     """
 
     name: str
