@@ -771,7 +771,8 @@ def test_under_torchrun_the_measured_processes_are_the_agents_children() -> None
     agent = textwrap.dedent("""
         import json, subprocess, sys
         rank = ("import json, time; from pytest_distperf.verdict import noise; "
-                "time.sleep(1.0); print(json.dumps(sorted(noise.siblings())))")
+                "time.sleep(1.0); seen = sorted(noise.siblings()); time.sleep(1.0); "
+                "print(json.dumps(seen))")  # each looks while the other is surely alive
         procs = [subprocess.Popen([sys.executable, "-c", rank], stdout=subprocess.PIPE,
                                   text=True) for _ in range(2)]
         seen = [json.loads(p.communicate()[0]) for p in procs]
