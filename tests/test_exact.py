@@ -191,3 +191,11 @@ def test_explanations_stay_within_their_measurement() -> None:
     out = {v.metric: v for v in explain([a, b], {a.metric: "A", b.metric: "B"}, 0.1)}
     assert out["a.step_time_s"].explanation == ""
     assert out["b.comm.all_reduce.calls"].explanation == "all_reduce calls/step 2 -> 9"
+    # dist_profiler counts per profiled call (unit "calls", not "calls/step")
+    c = Verdict("profile.comm.all_reduce.calls", bl.REGRESSED, unit="calls", baseline=3,
+                current=24, kind=EXACT)
+    d = Verdict("profile.comm.all_reduce.bytes", bl.UNCHANGED, unit="B", baseline=8,
+                current=8, kind=EXACT)
+    out = {v.metric: v for v in explain([c, d], {c.metric: "P", d.metric: "P"}, 0.1)}
+    assert out[c.metric].explanation == ("all_reduce calls per profiled call 3 -> 24, bytes "
+                                         "unchanged: smaller gradient buckets (bucket_cap_mb)?")

@@ -326,12 +326,15 @@ def test_nccl_report_straggler_and_metrics() -> None:
     assert report.latest_arrival() == (1, 1.0)
     metrics = {m.name: m for m in report.metrics()}
     assert set(metrics) == {"profile.comm_overhead", "profile.imbalance", "profile.overlap",
-                            "profile.arrival_skew_s",
+                            "profile.arrival_skew_s", "profile.arrival_skew",
                             "profile.comm.all_reduce.calls", "profile.comm.all_reduce.bytes"}
     assert metrics["profile.comm.all_reduce.bytes"].value == 4 << 20
     assert metrics["profile.comm.all_reduce.calls"].kind == "exact"
     skew = metrics.pop("profile.arrival_skew_s")
     assert skew.value == pytest.approx(600e-6) and skew.ranks == (1,) and skew.unit == "s"
+    share = metrics.pop("profile.arrival_skew")  # of the call (no steps): 600 us of its wall
+    assert share.value == pytest.approx(600e-6 / report.wall_time_s) and share.ranks == (1,)
+    assert share.threshold == "max_arrival_skew" and "rank 1 arrived last" in share.hint
     metrics = {n: m for n, m in metrics.items() if m.kind == "informational"}
     assert len(metrics) == 3
     assert metrics["profile.imbalance"].threshold == "max_imbalance"

@@ -105,28 +105,31 @@ def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
         return ""
     c0, c1 = _values(calls)
     b0, b1 = _values(nbytes)
+    # ddp_step_timer counts per step (unit "calls/step"); dist_profiler per profiled call
+    unit = next((v.unit for v in (calls, nbytes) if v is not None), "")
+    per = " per profiled call" if unit in ("calls", "B") else "/step"
     if calls is not None and c0 == 0:
-        return f"{op}: new, {_n(c1)} call(s)/step" + (
+        return f"{op}: new, {_n(c1)} call(s){per}" + (
             ": an extra barrier in the step?" if op == "barrier" else
             ": a new collective in the step?")
     if calls is not None and c1 == 0:
-        return f"{op}: no longer issued (was {_n(c0)} call(s)/step)"
+        return f"{op}: no longer issued (was {_n(c0)} call(s){per})"
     if _moved(calls) and not _moved(nbytes):
-        text = f"{op} calls/step {_n(c0)} -> {_n(c1)}"
+        text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}"
         if nbytes is not None:
             text += ", bytes unchanged"
             if c1 > c0:
                 text += (": smaller gradient buckets (bucket_cap_mb)?" if op == "all_reduce"
                          else ": the same data in more, smaller messages?")
         return text
-    size = f"bytes/step {format_bytes(b0)} -> {format_bytes(b1)}"
+    size = f"bytes{per} {format_bytes(b0)} -> {format_bytes(b1)}"
     if b0:
         size += f" ({(b1 - b0) / b0:+.1%})"
     if not _moved(calls):
         return (f"{op} {size}, calls unchanged: "
                 + ("more data per call (a larger model?)" if b1 > b0 else
                    "less data per call (a smaller model, or compression?)"))
-    text = f"{op} calls/step {_n(c0)} -> {_n(c1)}, {size}"
+    text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}, {size}"
     if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < SMALL_EXTRA:
         text += (": a small extra message per step (find_unused_parameters' used-parameter "
                  "map? a new all_reduce of a scalar?)" if op == "all_reduce"
