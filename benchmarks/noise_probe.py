@@ -23,9 +23,12 @@ Results: benchmarks/verdict_quality.md (R18).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,10 +68,18 @@ def _loop(rank: int, kind: str, seconds: float, port: int) -> None:
     dist.destroy_process_group()
 
 
+def _neighbour(duty: float) -> int:
+    """The pid of a busy neighbour, started through a shell that exits at once: no
+    descendant of this process (the probe counts those as the measurement's own)."""
+    out = subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(HOG)} "
+                          f"{duty} 9 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                         text=True, check=True)
+    return int(out.stdout.strip())
+
+
 def probe(kind: str, hog: float, port: int) -> noise.NoiseFigures:
     ctx = mp.get_context("spawn")
-    neighbour = (subprocess.Popen([sys.executable, "-c", HOG, str(hog), "9"])
-                 if hog > 0 else None)
+    neighbour = _neighbour(hog) if hog > 0 else None
     ranks = [ctx.Process(target=_loop, args=(r, kind, 6.0, port)) for r in range(2)]
     for p in ranks:
         p.start()
@@ -82,8 +93,8 @@ def probe(kind: str, hog: float, port: int) -> noise.NoiseFigures:
         for p in ranks:
             p.join(30)
         if neighbour is not None:
-            neighbour.kill()
-            neighbour.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(neighbour, signal.SIGKILL)
 
 
 def _timed(rank: int, port: int, out: mp.Queue) -> None:  # type: ignore[type-arg]

@@ -731,8 +731,9 @@ def test_other_load_is_the_machine_busy_time_the_measured_processes_did_not_use(
     assert between(start, end).other_load == pytest.approx(100 / 400)
     # ticks lost to accounting never make it negative
     assert between(start, Snapshot(2.0, start.cpu, (), ((1, 50), (2, 60)))).other_load == 0.0
-    # a measured process that came or went: unknown, not guessed
-    assert between(start, Snapshot(2.0, end.cpu, (), ((1, 90),))).other_load is None
+    # a process of the test's born in the window counts from 0 (a DataLoader worker)
+    born = Snapshot(2.0, end.cpu, (), ((1, 90), (2, 100), (3, 40)))
+    assert between(start, born).other_load == pytest.approx(60 / 400)
 
 
 @pytest.mark.parametrize(("wait", "other", "noisy"), [
@@ -784,27 +785,78 @@ def test_under_torchrun_the_measured_processes_are_the_agents_children() -> None
     assert result["seen"] == [result["ranks"], result["ranks"]], result
 
 
-@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")
-def test_the_probe_sees_a_real_neighbour_that_takes_a_cpu() -> None:
-    """A busy process that is not measured takes a whole CPU: at least a tenth of any
-    machine of up to 10 CPUs, whatever else runs (other load only counts up)."""
-    import os
+def _detached(code: str) -> int:
+    """The pid of ``python -c code`` started through a shell that exits at once: the process
+    is no descendant of this one (which the probe counts as the test's own)."""
+    import shlex
     import subprocess
+
+    out = subprocess.run(["sh", "-c", f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} "
+                          ">/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                         check=True)
+    return int(out.stdout.strip())
+
+
+def _other_load_around(measured: list[int]) -> float:
     import time
 
     from pytest_distperf.verdict import noise
 
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)
-        start = noise.snapshot([os.getpid()])
-        time.sleep(1.5)
-        figures = noise.between(start, noise.snapshot([os.getpid()]))
-    finally:
-        hog.kill()
-        hog.wait()
+    time.sleep(0.3)
+    start = noise.snapshot(measured)
+    time.sleep(1.5)
+    figures = noise.between(start, noise.snapshot(measured))
     assert figures.other_load is not None
-    assert figures.other_load > min(noise.OTHER_LOAD_LIMIT, 0.9 / (os.cpu_count() or 1))
+    return figures.other_load
+
+
+def _kill(pid: int) -> None:
+    import contextlib
+    import os
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")
+def test_a_busy_child_of_a_measured_process_is_not_a_neighbour() -> None:
+    """A rank's DataLoader worker, a process a test starts: its CPU time is the test's.  The
+    same busy loop reads as far less other load as the child of a measured process than as a
+    stranger; asserted as a ratio of two readings in one run."""
+    from pytest_distperf.verdict import noise
+
+    loop = "while True: pass"
+    rank = _detached(f"import subprocess, sys; subprocess.run([sys.executable, '-c', {loop!r}])")
+    try:
+        as_child = _other_load_around([rank])
+    finally:
+        for pid, ppid in noise._parents().items():  # the busy child, before it is orphaned
+            if ppid == rank:
+                _kill(pid)
+        _kill(rank)
+    stranger = _detached(loop)
+    try:
+        as_stranger = _other_load_around([])
+    finally:
+        _kill(stranger)
+    assert as_child < as_stranger / 2, (as_child, as_stranger)
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")
+def test_the_probe_sees_a_real_neighbour_that_takes_a_cpu() -> None:
+    """A busy process that is not the test's takes a whole CPU: at least a tenth of any
+    machine of up to 10 CPUs."""
+    import os
+
+    from pytest_distperf.verdict import noise
+
+    hog = _detached("while True: pass")
+    try:
+        other = _other_load_around([os.getpid()])
+    finally:
+        _kill(hog)
+    assert other > min(noise.OTHER_LOAD_LIMIT, 0.9 / (os.cpu_count() or 1))
 
 
 # -- the spread of a fraction near zero ------------------------------------------------------

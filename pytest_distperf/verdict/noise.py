@@ -40,9 +40,10 @@ from collections.abc import Iterable
 #: Above this host steal a window is too noisy to call a regression on.  Normal steal on
 #: shared runners is 5-15% (docs/background.md); a window must not be thrown away for that alone.
 STEAL_LIMIT = 0.20
-#: Above this CPU wait (seconds waited per second, per rank) a window is too noisy.  Ranks
-#: that have the machine to themselves wait 0.05-0.11 s/s here (their own helper threads and
-#: the controller share the cores); another busy process pushes it to 0.3-0.9.
+#: Where the other load cannot be read: above this CPU wait (seconds waited per second, per
+#: rank) a window is too noisy.  Ranks running CPU work alone wait 0.00-0.11 s/s here (their
+#: own helper threads and the controller share the cores), a busy neighbour pushes it to
+#: 0.3-0.9; but ranks in a gloo collective wait 0.45-0.65 for each other on 2 cores.
 WAIT_LIMIT = 0.25
 #: Above this share of the machine's CPU time used by other processes (with the ranks
 #: waiting for a CPU past ``WAIT_FLOOR``) a window is too noisy: a tenth of the machine.  An
@@ -139,6 +140,25 @@ def _cpu_ticks(pid: int) -> int | None:
         return None
 
 
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process ``/proc`` lists (empty when it cannot be listed)."""
+    out: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(entry)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a process that just ended
+    return out
+
+
 def siblings() -> list[int]:
     """This process and the others of its parent: under torchrun, the local ranks (the agent
     starts them all), which are the measurement, not neighbours.  Only this process when the
@@ -146,27 +166,29 @@ def siblings() -> list[int]:
     me, parent = os.getpid(), os.getppid()
     if parent <= 1:
         return [me]
-    found = [me]
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(parent):
-            found.append(int(entry))
-    return found
+    return [me, *sorted(pid for pid, ppid in _parents().items()
+                        if ppid == parent and pid != me)]
+
+
+def _family(roots: Iterable[int]) -> list[int]:
+    """``roots`` and all their descendants (a rank's DataLoader workers, the processes a
+    test starts): part of the measurement, not neighbours."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _parents().items():
+        children.setdefault(ppid, []).append(pid)
+    seen = dict.fromkeys(roots)
+    todo = list(seen)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in seen:
+                seen[child] = None
+                todo.append(child)
+    return list(seen)
 
 
 def snapshot(pids: Iterable[int] = ()) -> Snapshot:
-    """The counters now, for the measured processes ``pids`` (this process is added to the
-    CPU time: the controller is part of the measurement, not a neighbour)."""
+    """The counters now, for the measured processes ``pids``.  Their CPU time is counted
+    with this process's (the controller) and every descendant's: all of it is the test's."""
     pids = list(pids)
     waits = []
     for pid in pids:
@@ -174,7 +196,7 @@ def snapshot(pids: Iterable[int] = ()) -> Snapshot:
         if value is not None:
             waits.append((pid, value))
     ticks = []
-    for pid in dict.fromkeys([*pids, os.getpid()]):
+    for pid in _family([*pids, os.getpid()]):
         value = _cpu_ticks(pid)
         if value is not None:
             ticks.append((pid, value))
@@ -183,19 +205,18 @@ def snapshot(pids: Iterable[int] = ()) -> Snapshot:
 
 def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
     """The share of the machine's CPU time in the window that processes other than the
-    measured ones and this one used; None when it cannot be read.  Clipped at 0 (tick
-    accounting puts the difference a few percent either side of the truth)."""
+    measured ones, this one and their descendants used; None when it cannot be read.  A
+    process of theirs born in the window counts from 0; one that ended in it is lost, and
+    its CPU time reads as other load.  Clipped at 0 (tick accounting puts the difference a
+    few percent either side of the truth)."""
     if (len(start.cpu) <= _STEAL_COLUMN or len(end.cpu) != len(start.cpu) or seconds <= 0
             or not start.ticks):
         return None
     before = dict(start.ticks)
-    after = dict(end.ticks)
-    if set(before) != set(after):
-        return None  # a measured process came or went: its ticks cannot be told apart
     deltas = [b - a for a, b in zip(start.cpu, end.cpu, strict=True)]
     # user nice system irq softirq: time the CPUs ran something (idle, iowait and steal not)
     busy = deltas[0] + deltas[1] + deltas[2] + deltas[5] + deltas[6]
-    ours = sum(after[pid] - before[pid] for pid in before)
+    ours = sum(max(0, ticks - before.get(pid, 0)) for pid, ticks in end.ticks)
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     capacity = seconds * hz * (os.cpu_count() or 1)
     return max(0.0, (busy - ours) / capacity)
