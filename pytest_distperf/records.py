@@ -757,6 +757,19 @@ class StepTiming:
     peak_flops: float = 0.0
 
     @property
+    def comm_overhead_by_cost(self) -> float:
+        """``comm_overhead`` under the name that says how it is measured: what
+        synchronising costs the step (the headroom method), not when communication ran (a
+        profile's :attr:`ProfileReport.comm_overhead_in_trace`); docs/metrics.md."""
+        return self.comm_overhead
+
+    @property
+    def overlap_by_cost(self) -> float | None:
+        """``overlap`` under the name that says how it is measured: the share of the
+        communication time the step does not pay for (see :attr:`comm_overhead_by_cost`)."""
+        return self.overlap
+
+    @property
     def achieved_flops(self) -> float:
         """FLOP/s all ranks together achieved: the step's FLOPs over the step time (0.0
         where the FLOPs were not counted)."""
@@ -941,6 +954,19 @@ class ProfileReport:
     timings: tuple[CollectiveTiming, ...] = ()  # wait vs transfer, collective by collective
     results: tuple[Any, ...] = dataclasses.field(
         default=(), repr=False, compare=False, metadata={"transient": True})
+
+    @property
+    def comm_overhead_in_trace(self) -> float:
+        """``comm_overhead`` under the name that says how it is measured: communication in
+        the trace not covered by compute, over the call, not what it costs a step (the step
+        timer's :attr:`StepTiming.comm_overhead_by_cost`); docs/metrics.md."""
+        return self.comm_overhead
+
+    @property
+    def overlap_in_trace(self) -> float:
+        """``overlap`` under the name that says how it is measured: the share of the
+        communication that ran while compute ran (see :attr:`comm_overhead_in_trace`)."""
+        return self.overlap
 
     def collective(self, name: str) -> CollectiveStat | None:
         """The stats of one collective (``"all_reduce"``), or None when it did not run."""

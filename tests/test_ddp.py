@@ -81,6 +81,8 @@ def test_balanced(ddp_step_timer):
     assert ar.slowest is not None
     assert t.comm_time_s is not None and t.comm_time_s > 0
     assert 0.0 <= t.overlap <= 1.0
+    # the names that say how the step timer measures (docs/metrics.md, "One vocabulary")
+    assert (t.overlap_by_cost, t.comm_overhead_by_cost) == (t.overlap, t.comm_overhead)
     assert len(t.samples["step_s"]) == 10 and len(t.samples["imbalance"]) == 10
     assert from_dict(StepTiming, json.loads(json.dumps(to_dict(t)))) == t
 

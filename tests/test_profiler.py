@@ -62,6 +62,8 @@ def test_profile_structure(dist_profiler):
     assert (all_reduce.count, all_reduce.bytes) == (3, 3 * 4 * (1 << 14))
     assert report.collective("broadcast").count == 1
     assert 0.0 <= report.overlap <= 1.0 and 0.0 <= report.comm_overhead <= 1.0
+    assert (report.overlap_in_trace, report.comm_overhead_in_trace) == (
+        report.overlap, report.comm_overhead)
     assert [p.rank for p in report.per_rank] == [0, 1]
     assert all(p.collectives == 4 for p in report.per_rank)
 
