@@ -53,8 +53,10 @@ class DistProfiler:
     :class:`~pytest_distperf.records.ProfileReport` (``steps``: the per-step view).  The
     report's metrics are recorded for the test's verdict: ``profile.comm_overhead``
     (threshold ``max_comm_overhead``), ``profile.imbalance`` (``max_imbalance``, stragglers as
-    ranks), ``profile.overlap`` (higher is better), ``profile.step_time_s``; the n-th call of
-    a test records ``profile<n>.*``.
+    ranks), ``profile.overlap`` (higher is better), ``profile.step_time_s``,
+    ``profile.arrival_skew_s`` and ``profile.arrival_skew`` (``max_arrival_skew``, off by
+    default; the late rank as its rank), and the exact ``profile.comm.<op>.calls`` and
+    ``.bytes``; the n-th call of a test records ``profile<n>.*``.
 
     Settings (attributes, change them before calling): ``warmup`` (default 1),
     ``record_shapes`` (True: gives the message sizes of gloo collectives), ``with_stack``,

@@ -10,6 +10,7 @@ results included (for the JSON report and pytest-xdist).
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -1023,8 +1024,8 @@ class ProfileReport:
                               kind=INFORMATIONAL))
             step = (median_or_nan([s.wall_time_s for s in self.steps]) if self.steps
                     else self.wall_time_s)
-            if step > 0:
-                shares = tuple(min(1.0, v / step) for v in skews)
+            shares = tuple(min(1.0, v / step) for v in skews if math.isfinite(v))
+            if step > 0 and shares:
                 out.append(Metric(
                     f"{prefix}.arrival_skew", median_or_nan(shares), "fraction", False,
                     samples=shares, threshold="max_arrival_skew", ranks=(late[0],),

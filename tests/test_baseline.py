@@ -722,18 +722,32 @@ def test_other_load_is_the_machine_busy_time_the_measured_processes_did_not_use(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the CPUs /proc/stat sums count
     monkeypatch.setattr(os, "sysconf", lambda name: 100)
     #        user nice system idle iowait irq softirq steal guest guest_nice
-    start = Snapshot(0.0, (100, 0, 50, 800, 0, 0, 0, 0, 0, 0), (), ((1, 10), (2, 20)))
-    end = Snapshot(2.0, (300, 0, 100, 850, 0, 0, 10, 0, 0, 0), (), ((1, 90), (2, 100)))
+    start = Snapshot(0.0, (100, 0, 50, 800, 0, 0, 0, 0, 0, 0), (), ((1, 10), (2, 20)), 2)
+    end = Snapshot(2.0, (300, 0, 100, 850, 0, 0, 10, 0, 0, 0), (), ((1, 90), (2, 100)), 2)
     # busy 200 + 50 + 10 = 260 ticks of 2 s x 2 CPUs x 100 = 400; the measured: 160
     assert between(start, end).other_load == pytest.approx(100 / 400)
     # ticks lost to accounting never make it negative
-    assert between(start, Snapshot(2.0, start.cpu, (), ((1, 50), (2, 60)))).other_load == 0.0
+    assert between(start, Snapshot(2.0, start.cpu, (), ((1, 50), (2, 60)), 2)).other_load == 0
     # a process of the test's born in the window counts from 0 (a DataLoader worker)
-    born = Snapshot(2.0, end.cpu, (), ((1, 90), (2, 100), (3, 40)))
+    born = Snapshot(2.0, end.cpu, (), ((1, 90), (2, 100), (3, 40)), 2)
     assert between(start, born).other_load == pytest.approx(60 / 400)
+
+
+def test_pooled_noise_is_noisy_only_when_one_measurement_was() -> None:
+    from pytest_distperf.verdict.noise import pooled_noise
+
+    # each quiet: neighbours while the ranks did not wait; ranks waiting for each other alone
+    a, b = NoiseFigures(1.0, 0.0, 0.02, 0.12), NoiseFigures(1.0, 0.0, 0.40, 0.0)
+    assert not a.too_noisy() and not b.too_noisy()
+    quiet = pooled_noise([a, b])
+    assert quiet is not None and quiet.too_noisy() == [] and quiet.seconds == 2.0
+    noisy = NoiseFigures(1.0, 0.3, 0.30, 0.30)
+    both = pooled_noise([a, noisy, b])
+    assert both is not None and (both.steal, both.wait, both.other_load) == (0.3, 0.30, 0.30)
+    assert pooled_noise([]) is None
 
 
 @pytest.mark.parametrize(("wait", "other", "noisy"), [

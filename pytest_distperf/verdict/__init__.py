@@ -8,7 +8,8 @@ The rule: no torch, no pytest; everything here works on records
 * :mod:`~pytest_distperf.verdict.store`: baseline files: format, load, validate, save;
 * :mod:`~pytest_distperf.verdict.stats`: estimators, spread, Mann-Whitney, the control's
   arithmetic;
-* :mod:`~pytest_distperf.verdict.noise`: the noise probe (host steal, the ranks' CPU wait);
+* :mod:`~pytest_distperf.verdict.noise`: the noise probe (host steal, other processes' load,
+  the ranks' CPU wait);
 * :mod:`~pytest_distperf.verdict.rule`: one metric's measurements against its baseline;
 * :mod:`~pytest_distperf.verdict.judgement`: one test's verdicts, compared or saved, and the
   re-measure loop.

@@ -107,11 +107,12 @@ def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
     b0, b1 = _values(nbytes)
     # ddp_step_timer counts per step (unit "calls/step"); dist_profiler per profiled call
     unit = next((v.unit for v in (calls, nbytes) if v is not None), "")
-    per = " per profiled call" if unit in ("calls", "B") else "/step"
+    per, where = ((" per profiled call", "call") if unit in ("calls", "B")
+                  else ("/step", "step"))
     if calls is not None and c0 == 0:
         return f"{op}: new, {_n(c1)} call(s){per}" + (
-            ": an extra barrier in the step?" if op == "barrier" else
-            ": a new collective in the step?")
+            f": an extra barrier in the {where}?" if op == "barrier" else
+            f": a new collective in the {where}?")
     if calls is not None and c1 == 0:
         return f"{op}: no longer issued (was {_n(c0)} call(s){per})"
     if _moved(calls) and not _moved(nbytes):
@@ -131,11 +132,12 @@ def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
                    "less data per call (a smaller model, or compression?)"))
     text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}, {size}"
     if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < SMALL_EXTRA:
-        text += (": a small extra message per step (find_unused_parameters' used-parameter "
-                 "map? a new all_reduce of a scalar?)" if op == "all_reduce"
-                 else ": a small extra message per step")
+        text += (f": a small extra message per {where} (find_unused_parameters' "
+                 "used-parameter map? a new all_reduce of a scalar?)" if op == "all_reduce"
+                 else f": a small extra message per {where}")
     elif c1 > c0 and b1 > b0:
-        text += ": more data in more calls (a larger model, or a new collective in the step?)"
+        text += (f": more data in more calls (a larger model, or a new collective in the "
+                 f"{where}?)")
     return text
 
 

@@ -66,6 +66,7 @@ class Snapshot:
     cpu: tuple[int, ...]  # the cpu line of /proc/stat; () when unreadable
     wait_ns: tuple[tuple[int, int], ...]  # (pid, total run-queue wait of its threads in ns)
     ticks: tuple[tuple[int, int], ...] = ()  # (pid, utime + stime in clock ticks)
+    cpus: int = 0  # the CPUs the cpu line sums; 0: unknown
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,15 +104,32 @@ class NoiseFigures:
         return f"host steal {steal}, CPU wait {wait}, other load {other}"
 
 
-def _read_cpu_line() -> tuple[int, ...]:
+def pooled_noise(figures: list[NoiseFigures]) -> NoiseFigures | None:
+    """The figures of several measurements taken as one, noisy exactly when one of them
+    was: the worst host steal, and the CPU wait and other load of one measurement together
+    (the first noisy one, else the one with the most other load): the two decide together,
+    and the worst of each taken from two quiet measurements could read as noisy."""
+    if not figures:
+        return None
+    worst = next((f for f in figures if f.too_noisy()), None) or max(
+        figures, key=lambda f: (f.other_load or 0.0, f.wait or 0.0))
+    steals = [f.steal for f in figures if f.steal is not None]
+    return NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
+                        worst.wait, worst.other_load)
+
+
+def _read_cpu_lines() -> tuple[tuple[int, ...], int]:
+    """The ``cpu`` line of ``/proc/stat`` (all CPUs together) and the number of CPUs it
+    sums (its ``cpuN`` lines: the online CPUs, whatever ``os.cpu_count()`` says);
+    ((), 0) when unreadable."""
     try:
         with open("/proc/stat") as f:
-            first = f.readline().split()
+            lines = [line.split() for line in f if line.startswith("cpu")]
     except OSError:
-        return ()
-    if not first or first[0] != "cpu":
-        return ()
-    return tuple(int(v) for v in first[1:])
+        return (), 0
+    if not lines or lines[0][0] != "cpu":
+        return (), 0
+    return tuple(int(v) for v in lines[0][1:]), len(lines) - 1
 
 
 def _wait_ns(pid: int) -> int | None:
@@ -200,7 +218,8 @@ def snapshot(pids: Iterable[int] = ()) -> Snapshot:
         value = _cpu_ticks(pid)
         if value is not None:
             ticks.append((pid, value))
-    return Snapshot(time.monotonic(), _read_cpu_line(), tuple(waits), tuple(ticks))
+    cpu, cpus = _read_cpu_lines()
+    return Snapshot(time.monotonic(), cpu, tuple(waits), tuple(ticks), cpus)
 
 
 def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
@@ -218,7 +237,7 @@ def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
     busy = deltas[0] + deltas[1] + deltas[2] + deltas[5] + deltas[6]
     ours = sum(max(0, ticks - before.get(pid, 0)) for pid, ticks in end.ticks)
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    capacity = seconds * hz * (os.cpu_count() or 1)
+    capacity = seconds * hz * (end.cpus or os.cpu_count() or 1)
     return max(0.0, (busy - ours) / capacity)
 
 

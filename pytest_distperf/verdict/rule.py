@@ -15,7 +15,8 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
 4. Evidence: it is a *regression* only when the best of those windows is still past the
    line, a one-sided Mann-Whitney U test of the better halves of the samples says current is
    slower than the baseline at ``ALPHA``, and that window was quiet: the noise probe
-   (:mod:`pytest_distperf.verdict.noise`: host steal, CPU wait of the ranks) under its limits and
+   (:mod:`pytest_distperf.verdict.noise`: host steal, other processes' load while the ranks
+   waited) under its limits and
    the sample spread under ``SPREAD_LIMIT``.  Past the line but never quiet or never
    significant: *inconclusive*, with the figures.
 
@@ -62,7 +63,7 @@ from pytest_distperf.records import (
     Metric,
     Verdict,
 )
-from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.verdict.noise import NoiseFigures, pooled_noise
 from pytest_distperf.verdict.stats import (
     MIN_SAMPLES,
     adjusted,
@@ -254,14 +255,7 @@ def pooled(windows: Sequence[Window]) -> Window:
     (the value is the median of the samples)."""
     samples = tuple(v for w in windows for v in w.samples)
     control = tuple(c for w in windows for c in w.control)
-    figures = [w.noise for w in windows if w.noise is not None]
-    noise = None
-    if figures:
-        steals = [f.steal for f in figures if f.steal is not None]
-        waits = [f.wait for f in figures if f.wait is not None]
-        others = [f.other_load for f in figures if f.other_load is not None]
-        noise = NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
-                             max(waits, default=None), max(others, default=None))
+    noise = pooled_noise([w.noise for w in windows if w.noise is not None])
     value = median_or_nan(samples) if samples else windows[0].value
     sizes = tuple(n for w in windows for n in (w.sizes or (len(w.samples),)))
     return Window(value, samples, noise, control, sizes)
