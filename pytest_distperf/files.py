@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def file_stem(nodeid: str) -> str:
+    """A file name stem for a test, unique per node id: ``tests_test_x.py__test_y`` (its
+    folders kept, so that same-named test files in two folders do not share files; long
+    ones cut and given a hash)."""
+    stem = _UNSAFE.sub("_", nodeid.replace("::", "__").replace("/", "_")).strip("_") or "test"
+    if len(stem) > 150:
+        stem = stem[:130] + "-" + hashlib.sha1(stem.encode()).hexdigest()[:10]
+    return stem
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:

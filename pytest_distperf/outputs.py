@@ -71,7 +71,7 @@ def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: st
     if plots is not None:
         from pytest_distperf.plots import write_plots
 
-        drawn = attempt("plots", plots, lambda: write_plots(plots, records, environments))
+        drawn = attempt("plots", plots, lambda: write_plots(plots, records))
         if drawn is not None:
             names = ", ".join(p.name for p in drawn) or "none: nothing to plot"
             messages.append(Message(f"distperf: plots written to {plots}: {names}"))

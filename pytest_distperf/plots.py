@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_distperf import hardware
 from pytest_distperf.config import format_bytes
-from pytest_distperf.files import write_atomically
+from pytest_distperf.files import file_stem, write_atomically
 from pytest_distperf.records import (
     CollectiveResult,
-    Environment,
     ScalingResult,
     StepTiming,
     TestRecord,
@@ -53,26 +50,16 @@ def require_matplotlib() -> None:
                         f"(or leave out --distperf-plots)") from None
 
 
-def link_peak(env: Environment | None) -> tuple[float, str] | None:
-    """(GB/s, what) of the NCCL link between the devices of ``env``, where known
-    (:func:`pytest_distperf.hardware.link_peak`)."""
-    if env is None:
-        return None
-    return hardware.link_peak(env.backend, env.device_type, env.device_model)
-
-
-def write_plots(folder: Path, records: Sequence[TestRecord],
-                environments: Sequence[Environment] = ()) -> list[Path]:
+def write_plots(folder: Path, records: Sequence[TestRecord]) -> list[Path]:
     """Draw every plot the records have data for into ``folder``; the files written."""
     require_matplotlib()
     folder.mkdir(parents=True, exist_ok=True)
     drawn: list[tuple[str, Any]] = []
-    peaks = {e.world_size: link_peak(e) for e in environments}
     collectives = [(r, m.result) for r in records for m in r.measurements
                    if isinstance(m.result, CollectiveResult) and m.result.op != "barrier"
                    and m.result.rows]
     if collectives:
-        drawn.append(("busbw.png", busbw_figure(collectives, peaks)))
+        drawn.append(("busbw.png", busbw_figure(collectives)))
     scaling = [(r, m.result) for r in records for m in r.measurements
                if isinstance(m.result, ScalingResult) and m.result.points]
     if scaling:
@@ -82,7 +69,7 @@ def write_plots(folder: Path, records: Sequence[TestRecord],
                    if isinstance(m.result, StepTiming) and m.result.per_rank]
         for i, timing in enumerate(timings, 1):
             suffix = f"-{i}" if i > 1 else ""
-            drawn.append((f"steps-{_slug(r.nodeid)}{suffix}.png", steps_figure(r, timing)))
+            drawn.append((f"steps-{file_stem(r.nodeid)}{suffix}.png", steps_figure(r, timing)))
     regressed = [(r.nodeid, v) for r in records for v in r.verdicts
                  if v.verdict == "regressed" and v.current is not None]
     if regressed:
@@ -102,8 +89,9 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def busbw_figure(results: Sequence[tuple[TestRecord, CollectiveResult]],
-                 peaks: dict[int, tuple[float, str] | None]) -> Any:
+def busbw_figure(results: Sequence[tuple[TestRecord, CollectiveResult]]) -> Any:
+    """busbw by message size per collective; the link's peak (``link_peak_gbps``, which
+    ``bench`` sets where it is known) as a dashed line."""
     fig = _figure(8, 5)
     ax = fig.add_subplot()
     ops = [res.op for _, res in results]
@@ -116,14 +104,12 @@ def busbw_figure(results: Sequence[tuple[TestRecord, CollectiveResult]],
     ax.set_xticks(every, [format_bytes(s).replace(" ", "") for s in every],
                   rotation=45 if len(every) > 6 else 0)
     ax.minorticks_off()
-    sizes_seen = {res.world_size for _, res in results}
-    for size in sizes_seen:
-        peak = peaks.get(size)
-        if peak is not None:
-            ax.axhline(peak[0], linestyle="--", color=_COLOURS["ideal"],
-                       label=f"{peak[1]} peak {peak[0]:g} GB/s")
+    peaks = {(res.link_peak_gbps, res.link) for _, res in results if res.link_peak_gbps > 0}
+    for gbps, link in sorted(peaks):
+        ax.axhline(gbps, linestyle="--", color=_COLOURS["ideal"],
+                   label=f"{link} peak {gbps:g} GB/s")
     first = results[0][1]
-    known = any(peaks.get(s) for s in sizes_seen)
+    known = bool(peaks)
     ax.set_title(f"Bus bandwidth by message size ({first.world_size} ranks, {first.backend}/"
                  f"{first.device_type}{'' if known else '; link peak unknown'})")
     ax.set_xlabel("message size")
@@ -223,6 +209,3 @@ def _short(nodeid: str) -> str:
 def _wrap(text: str, width: int = 38) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
-
-def _slug(nodeid: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", _short(nodeid).replace("::", "__")).strip("_")[:100]

@@ -159,16 +159,6 @@ def test_plots_without_matplotlib_say_how_to_install_it(monkeypatch: pytest.Monk
         plots.require_matplotlib()
 
 
-def test_the_link_peak_is_known_only_for_nccl_on_sxm_parts() -> None:
-    def env(model: str, backend: str = "nccl") -> Environment:
-        return Environment(backend, "cuda" if backend == "nccl" else "cpu", model, 8, 8,
-                           "2.13.0", "2.21.5")
-    assert plots.link_peak(env("NVIDIA H100 80GB HBM3")) == (450.0, "NVLink 4")
-    assert plots.link_peak(env("NVIDIA A100-SXM4-80GB")) == (300.0, "NVLink 3")
-    assert plots.link_peak(env("NVIDIA H100 PCIe")) is None
-    assert plots.link_peak(env("AMD EPYC", "gloo")) is None
-
-
 def test_exports_refuse_an_unknown_format() -> None:
     with pytest.raises(ConfigError, match=r"unknown format 'xml' \(from the ini\); choose bmf"):
         export.parse_format("xml", "the ini")

@@ -5,13 +5,12 @@ figures, per-collective statistics, the desync check and the findings (the analy
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_distperf.analyzer import batch_shares, load_balance
 from pytest_distperf.config import format_bytes
+from pytest_distperf.files import file_stem
 from pytest_distperf.findings import (
     PROFILED_CALL,
     balance_bottlenecks,
@@ -182,13 +181,8 @@ def _communication_findings(reference: RankProfile, collectives: Sequence[Collec
         where=f" on rank {reference.rank}, the rank that waited least")
 
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
 def trace_file_name(nodeid: str, index: int = 1) -> str:
     """A file name for a test's merged trace: ``tests_test_x.py__test_y_2.3.trace.json``."""
-    stem = _SAFE.sub("_", nodeid.replace("::", "__").replace("/", "_")).strip("_") or "trace"
-    if len(stem) > 150:
-        stem = stem[:130] + "-" + hashlib.sha1(stem.encode()).hexdigest()[:10]
+    stem = file_stem(nodeid)
     suffix = f".{index}" if index > 1 else ""
     return f"{stem}{suffix}.trace.json"
