@@ -174,7 +174,9 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         elif ini == "distperf_exact_tolerance":
             values[ini] = parse_fraction(value, flag, source)
         else:
-            values[ini] = _path(config, value, flag, source, output=ini == "distperf_json")
+            # outputs (the JSON report, the trace folder) like --junitxml; the baselines
+            # folder, which lives in the repository, always from the rootdir
+            values[ini] = _path(config, value, flag, source, output=ini != "distperf_baselines")
     return DistperfConfig(
         enabled=values.get("distperf", False),
         gpus=values.get("distperf_gpus"),

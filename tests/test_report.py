@@ -51,6 +51,23 @@ def test_the_json_report_is_written_when_asked_even_with_nothing_measured(
     result.stdout.fnmatch_lines([f"distperf: JSON report written to {sub / 'out.json'}"])
 
 
+def test_a_relative_trace_folder_is_relative_to_where_pytest_was_started(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\n")  # the rootdir: pytester's folder
+    pytester.makepyfile(test_profiled=(
+        "import pytest\nimport torch.distributed as dist\n\n"
+        "@pytest.mark.distperf(max_comm_overhead=1.5, max_imbalance=1e6)\n"
+        "def test_p(dist_profiler):\n    dist_profiler(dist.barrier)\n"))
+    sub = pytester.mkdir("sub")
+    monkeypatch.chdir(sub)
+    result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", "--distperf-trace",
+                                           "traces", str(pytester.path / "test_profiled.py"),
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert any((sub / "traces").glob("*.trace.json"))
+    assert not (pytester.path / "traces").exists()
+
+
 def test_the_json_report_of_a_run_with_nothing_measured_validates(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     path = tmp_path / "deep" / "r.json"
