@@ -255,20 +255,21 @@ class DistperfSession:
 
     # -- the noise probe ------------------------------------------------------------------
     def _measured_pids(self) -> list[int]:
-        """The processes a measurement runs in (the ranks), for the noise probe: under
-        torchrun, this rank and the other local ranks (its agent's children)."""
+        """The processes a measurement runs in (the pool's ranks), for the noise probe; none
+        under torchrun, where the probe finds the local ranks itself (this rank and its
+        agent's other children)."""
         if self.mode == "torchrun":
-            return noise.siblings()
+            return []
         engine = self._engine
         if engine is None or not getattr(engine, "alive", False):
             return []
         return list(engine.pids())
 
     def noise_snapshot(self) -> noise.Snapshot:
-        return noise.snapshot(self._measured_pids())
+        return noise.snapshot(self._measured_pids(), local_ranks=self.mode == "torchrun")
 
     def noise_since(self, start: noise.Snapshot) -> noise.NoiseFigures:
-        return noise.between(start, noise.snapshot(self._measured_pids()))
+        return noise.between(start, self.noise_snapshot())
 
     # -- per test -------------------------------------------------------------------------
     def record_for(self, item: pytest.Item, world_size: int) -> TestRecord:

@@ -845,7 +845,7 @@ def test_a_busy_child_of_a_measured_process_is_not_a_neighbour() -> None:
     try:
         as_child = _other_load_around([rank])
     finally:
-        for pid, ppid in noise._parents().items():  # the busy child, before it is orphaned
+        for pid, (ppid, _) in noise._processes().items():  # the busy child, before orphaned
             if ppid == rank:
                 _kill(pid)
         _kill(rank)

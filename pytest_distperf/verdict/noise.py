@@ -148,19 +148,11 @@ def _wait_ns(pid: int) -> int | None:
     return total
 
 
-def _cpu_ticks(pid: int) -> int | None:
-    """utime + stime of ``pid`` (all its threads, in clock ticks); None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process ``/proc`` lists (empty when it cannot be listed)."""
-    out: dict[int, int] = {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, utime + stime of all its threads in clock ticks) of every process
+    ``/proc`` lists, from one pass over ``/proc/<pid>/stat`` (empty when it cannot be
+    listed)."""
+    out: dict[int, tuple[int, int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -171,28 +163,29 @@ def _parents() -> dict[int, int]:
         try:
             with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            out[int(entry)] = int(fields[1])
+            out[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
         except (OSError, IndexError, ValueError):
             continue  # a process that just ended
     return out
 
 
-def siblings() -> list[int]:
+def siblings(table: dict[int, tuple[int, int]] | None = None) -> list[int]:
     """This process and the others of its parent: under torchrun, the local ranks (the agent
     starts them all), which are the measurement, not neighbours.  Only this process when the
-    parent is init or ``/proc`` cannot be listed."""
+    parent is init or ``/proc`` cannot be listed.  ``table``: :func:`_processes`, if read."""
     me, parent = os.getpid(), os.getppid()
     if parent <= 1:
         return [me]
-    return [me, *sorted(pid for pid, ppid in _parents().items()
+    table = _processes() if table is None else table
+    return [me, *sorted(pid for pid, (ppid, _) in table.items()
                         if ppid == parent and pid != me)]
 
 
-def _family(roots: Iterable[int]) -> list[int]:
+def _family(roots: Iterable[int], table: dict[int, tuple[int, int]]) -> list[int]:
     """``roots`` and all their descendants (a rank's DataLoader workers, the processes a
     test starts): part of the measurement, not neighbours."""
     children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
+    for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
     seen = dict.fromkeys(roots)
     todo = list(seen)
@@ -204,22 +197,22 @@ def _family(roots: Iterable[int]) -> list[int]:
     return list(seen)
 
 
-def snapshot(pids: Iterable[int] = ()) -> Snapshot:
-    """The counters now, for the measured processes ``pids``.  Their CPU time is counted
-    with this process's (the controller) and every descendant's: all of it is the test's."""
-    pids = list(pids)
+def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False) -> Snapshot:
+    """The counters now, for the measured processes ``pids`` (with ``local_ranks``, also
+    :func:`siblings`: the local ranks under torchrun).  Their CPU time is counted with this
+    process's (the controller) and every descendant's: all of it is the test's.  One pass
+    over ``/proc`` for all of it."""
+    table = _processes()
+    pids = list(dict.fromkeys([*pids, *(siblings(table) if local_ranks else ())]))
     waits = []
     for pid in pids:
         value = _wait_ns(pid)
         if value is not None:
             waits.append((pid, value))
-    ticks = []
-    for pid in _family([*pids, os.getpid()]):
-        value = _cpu_ticks(pid)
-        if value is not None:
-            ticks.append((pid, value))
+    ticks = tuple((pid, table[pid][1]) for pid in _family([*pids, os.getpid()], table)
+                  if pid in table)
     cpu, cpus = _read_cpu_lines()
-    return Snapshot(time.monotonic(), cpu, tuple(waits), tuple(ticks), cpus)
+    return Snapshot(time.monotonic(), cpu, tuple(waits), ticks, cpus)
 
 
 def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
