@@ -61,6 +61,17 @@ def shown(value: object, limit: int = 60) -> str:
     return f"{text[:limit - 20]}... ({len(text)} characters)"
 
 
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a finite real number (an int or a float, not a bool; an int
+    beyond any float is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float
+        return False
+
+
 def is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is a whole number: an int, and not a bool (which is one to Python)."""
     return isinstance(value, int) and not isinstance(value, bool)

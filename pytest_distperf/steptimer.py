@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_distperf import analyzer
-from pytest_distperf.config import is_int, require_int
+from pytest_distperf.config import is_int, is_number, require_int
 from pytest_distperf.findings import hint, scaling_cause
 from pytest_distperf.group import DistGroup
 from pytest_distperf.hardware import peak_flops
@@ -164,8 +164,7 @@ class DDPStepTimer:
         """FLOP/s of one device at most: the test's ``peak_tflops``, else the data-sheet
         figure of the ranks' GPU (pytest_distperf/hardware.py), else 0.0 (unknown; CPUs)."""
         if peak_tflops is not None:
-            if (isinstance(peak_tflops, bool) or not isinstance(peak_tflops, int | float)
-                    or not peak_tflops > 0 or peak_tflops == float("inf")):
+            if not is_number(peak_tflops) or not peak_tflops > 0:
                 raise ValueError(f"ddp_step_timer: peak_tflops must be a number > 0 (TFLOP/s "
                                  f"of one device), got {peak_tflops!r}")
             return float(peak_tflops) * 1e12

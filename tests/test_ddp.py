@@ -407,7 +407,7 @@ def test_timer_refuses_before_running_anything() -> None:
         timer(lambda: None, lambda rank: None, world_size="2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="fsdp_policy is for wrapper='fsdp'"):
         timer(lambda: None, lambda rank: None, fsdp_policy=(object,))
-    for bad in (0, -1.0, float("nan"), float("inf"), "989", True):
+    for bad in (0, -1.0, float("nan"), float("inf"), 10**400, "989", True):
         with pytest.raises(ValueError, match="peak_tflops must be a number > 0"):
             timer(lambda: None, lambda rank: None, peak_tflops=bad)  # type: ignore[arg-type]
     assert group.calls == [] and group.recorded == []

@@ -126,7 +126,7 @@ class Judgement:
     # -- shared by both paths --------------------------------------------------------------
     def has_control(self, name: str) -> bool:
         metric = self.metrics[name]
-        return carries_control(metric.higher_is_better, metric.is_fraction, self.windows[name])
+        return carries_control(metric.is_fraction, self.windows[name])
 
     def trusted(self, name: str, window: Window) -> bool:
         metric = self.metrics[name]

@@ -202,16 +202,16 @@ def assess(base: StoredMetric, window: Window, tolerance: float) -> Assessment:
 
 
 def controlled(base: StoredMetric, windows: Sequence[Window]) -> bool:
-    """Whether a metric is judged with its host-speed control: a time (lower is better, not
-    a fraction, every sample positive) with a control for every sample, in the baseline and
+    """Whether a metric is judged with its host-speed control: a time or a rate (not a
+    fraction, every sample positive) with a control for every sample, in the baseline and
     in every measurement.  A baseline saved without one (or a run with ``control=False``) is
     judged by the plain rule."""
     return (len(base.control) == len(base.samples) >= MIN_SAMPLES
             and all(v > 0 for v in base.samples)
-            and carries_control(base.higher_is_better, base.is_fraction, windows))
+            and carries_control(base.is_fraction, windows))
 
 
-def carries_control(higher_is_better: bool, fraction: bool, windows: Sequence[Window]) -> bool:
+def carries_control(fraction: bool, windows: Sequence[Window]) -> bool:
     """Whether measurements of a metric can be judged with their control: a time or a rate
     (a bandwidth is judged as the time it stands for, its inverse), every sample with a
     control, every sample positive (judged in log space)."""

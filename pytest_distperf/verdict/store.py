@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, shown
+from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, is_number, shown
 from pytest_distperf.files import write_atomically
 from pytest_distperf.quantiles import median_or_nan
 from pytest_distperf.records import EXACT, METRIC_KINDS, Environment
@@ -338,7 +338,7 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
                 raise fail(["environments", env_id, "thresholds", key],
                            f"environment {env_id!r}: unknown threshold {key!r} (valid: "
                            f"{', '.join(THRESHOLD_KEYS)})")
-            if not _is_number(value) or not value >= 0:
+            if not is_number(value) or not value >= 0:
                 raise fail(["environments", env_id, "thresholds", key],
                            f"environment {env_id!r}: {key} must be a number >= 0, got "
                            f"{shown(value)}")
@@ -365,13 +365,6 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
                 _validate_metric(fail, [*where, name], label, table)
 
 
-def _is_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int beyond any float
-        return False
 
 
 def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None:
@@ -382,7 +375,7 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
     if not isinstance(table.get("higher_is_better"), bool):
         raise fail([*keys, "higher_is_better"],
                    f"metric {label}: higher_is_better must be true or false")
-    if not _is_number(table.get("value")):
+    if not is_number(table.get("value")):
         raise fail([*keys, "value"], f"metric {label}: value must be a finite number, "
                                      f"got {shown(table.get('value'))}")
     if table.get("kind", "") not in METRIC_KINDS:
@@ -390,17 +383,17 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
                                     f"{', '.join(repr(k) for k in METRIC_KINDS if k)}, "
                                     f"got {shown(table.get('kind'))}")
     samples = table.get("samples", [])
-    if not isinstance(samples, list) or not all(_is_number(v) for v in samples):
+    if not isinstance(samples, list) or not all(is_number(v) for v in samples):
         raise fail([*keys, "samples"], f"metric {label}: samples must be a list of numbers")
     if table["unit"] in TIME_UNITS and (table["value"] < 0 or any(v < 0 for v in samples)):
         raise fail([*keys, "value" if table["value"] < 0 else "samples"],
                    f"metric {label}: a time ({table['unit']}) cannot be negative")
     for key in ("steal", "cpu_wait", "other_load"):
-        if key in table and not _is_number(table[key]):
+        if key in table and not is_number(table[key]):
             raise fail([*keys, key], f"metric {label}: {key} must be a number")
     control = table.get("control")
     if control is not None and (not isinstance(control, list) or len(control) != len(samples)
-                                or not all(_is_number(v) and v > 0 for v in control)):
+                                or not all(is_number(v) and v > 0 for v in control)):
         raise fail([*keys, "control"], f"metric {label}: control must be a list of positive "
                                        "numbers, one per sample")
     sizes = table.get("measurements")
