@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_distperf.config import ConfigError
 from pytest_distperf.files import write_atomically
+from pytest_distperf.quantiles import finite
 from pytest_distperf.records import Metric, TestRecord, Verdict
 from pytest_distperf.report import format_change
 
@@ -49,7 +50,7 @@ def bmf(records: Sequence[TestRecord]) -> dict[str, dict[str, dict[str, float]]]
     for record, metric in _figures(records):
         measure, factor = _BMF_BUILT_IN.get(metric.unit, (_slug(metric.unit), 1.0))
         entry = {"value": metric.value * factor}
-        samples = [s for s in metric.samples if math.isfinite(s)]
+        samples = finite(metric.samples)
         if samples:
             entry["lower_value"] = min(samples) * factor
             entry["upper_value"] = max(samples) * factor
@@ -66,7 +67,7 @@ def gab(records: Sequence[TestRecord]) -> tuple[list[dict[str, Any]], list[dict[
         verdict = next((v for v in record.verdicts if v.metric == metric.name), None)
         entry: dict[str, Any] = {"name": f"{record.nodeid}::{metric.name}",
                                  "unit": metric.unit or "value", "value": metric.value}
-        samples = [s for s in metric.samples if math.isfinite(s)]
+        samples = finite(metric.samples)
         if len(samples) > 1:
             entry["range"] = f"± {(max(samples) - min(samples)) / 2:.4g}"
         entry["extra"] = _extra(record, metric, verdict, len(samples))

@@ -21,7 +21,7 @@ from pytest_distperf.records import (
     RankTiming,
     ScalingPoint,
 )
-from pytest_distperf.topology import SLOW_LINK_RATIO
+from pytest_distperf.topology import SLOW_LINK_RATIO, ranks_by_node
 from pytest_distperf.verdict.thresholds import resolve_thresholds
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.
@@ -315,10 +315,11 @@ def node_bottlenecks(split: NodeSplit) -> list[Bottleneck]:
             f"GB/s of the links between the other nodes (best case of every round trip, "
             f"{split.label} messages)", GENERIC_SUGGESTIONS["slow_node"], s.factor, limit))
     two_nodes = len(set(split.nodes)) == 2
+    by_node = ranks_by_node(split.nodes)
     for link in split.slow_links:
         factor = (split.typical_link_gbps / link.fast_gbps if link.fast_gbps > 0
                   else math.inf)
-        ranks = tuple(sorted(split.ranks_of(link.src) + split.ranks_of(link.dst)))
+        ranks = tuple(sorted(by_node[link.src] + by_node[link.dst]))
         if two_nodes:
             why = (f"; with two nodes this cannot be pinned on one of them ({link.src} slow "
                    f"to send, or {link.dst} slow to receive): a third node tells them apart")

@@ -1110,9 +1110,6 @@ class NodeSplit:
     typical_link_gbps: float  # the typical best case of the links no slow node explains
     bottlenecks: tuple[Bottleneck, ...] = ()
 
-    def ranks_of(self, node: str) -> tuple[int, ...]:
-        return tuple(rank for rank, name in enumerate(self.nodes) if name == node)
-
     def metrics(self) -> list[Metric]:
         """``pairs.<size>.intra_node_busbw_gbps`` and ``pairs.<size>.inter_node_busbw_gbps``
         (higher is better), each where there are pairs of that kind."""

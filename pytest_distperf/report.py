@@ -304,8 +304,7 @@ def verdict_report(verdicts: Sequence[Verdict], nodeid: str, path: Path) -> list
     """What a test shows in its output about its baseline verdicts."""
     if not verdicts:
         return []
-    ordered = sorted(verdicts, key=lambda v: VERDICT_ORDER.index(v.verdict)
-                     if v.verdict in VERDICT_ORDER else len(VERDICT_ORDER))
+    ordered = sorted(verdicts, key=lambda v: _verdict_rank(v.verdict))
     return [f"distperf verdicts for {nodeid} (baselines: {path}):", *verdict_table(ordered)]
 
 

@@ -35,6 +35,7 @@ from fault_cases import (
 from pytest_distperf import leftovers
 from pytest_distperf.launcher import RankError, RankPool
 from pytest_distperf.ranklogs import CAP_BYTES, FORWARD_BYTES
+from pytest_distperf.session import SIGTERM_STATUS
 
 
 def all_reduce_sum() -> float:
@@ -239,6 +240,6 @@ def test_the_controller_is_signalled(pytester: pytest.Pytester, tmp_path: Path,
         assert "KeyboardInterrupt" in output
     else:
         assert "distperf: SIGTERM received: the session stops here" in output
-        assert code == 128 + signal.SIGTERM
+        assert code == SIGTERM_STATUS
     assert wait_gone(started) == [], output
     assert not os.path.exists(folder), output

@@ -148,8 +148,8 @@ def test_the_json_report_validates_against_its_schema_and_round_trips(run: Run) 
     assert (verdict["verdict"], verdict["baseline"], verdict["current"]) == ("regressed", 1, 3)
     assert verdict["environment"].startswith(env["key"])
     # read back typed, and written again: the same data
-    document, records = jsonreport.read_json(run.out / "report.json")
-    assert [record_to_dict(r) for r in records] == data["tests"] == document["tests"]
+    _, records = jsonreport.read_json(run.out / "report.json")
+    assert [record_to_dict(r) for r in records] == data["tests"]
 
 
 def test_a_bad_report_is_refused_with_the_file_named(tmp_path: Path) -> None:

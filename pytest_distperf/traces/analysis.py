@@ -65,7 +65,7 @@ def reference_rank(per_rank: Sequence[RankProfile]) -> RankProfile | None:
     return per_rank[0] if per_rank else None
 
 
-def step_profiles(tls: Sequence[Timeline], limit: float) -> tuple[StepProfile, ...]:
+def step_profiles(tls: Sequence[Timeline]) -> tuple[StepProfile, ...]:
     """The per-step view: the figures of each ``ProfilerStep`` span across the ranks; none
     when the ranks marked different numbers of steps (or none)."""
     counts = {len(tl.steps) for tl in tls}
@@ -78,7 +78,7 @@ def step_profiles(tls: Sequence[Timeline], limit: float) -> tuple[StepProfile, .
         wall = max(p.wall_time_s for p in per_rank)
         compute = tuple(p.compute_time_s for p in per_rank)
         exposed = tuple(p.exposed_comm_s for p in per_rank)
-        balance = load_balance(compute, exposed, step_time_s=wall, limit=limit)
+        balance = load_balance(compute, exposed, step_time_s=wall)  # only its imbalance
         slowest = max(per_rank, key=lambda p: (p.compute_time_s, -p.rank))
         out.append(StepProfile(
             index=index, wall_time_s=wall,
@@ -160,7 +160,7 @@ def analyse(traces: Sequence[Mapping[str, Any]], *, ranks: Sequence[int] | None 
         batch_shares=tuple(shares),
         results=tuple(results),
         comm_counts=count_ops([tl.ops for tl in tls]),
-        steps=step_profiles(tls, lim["max_imbalance"]),
+        steps=step_profiles(tls),
         timings=collective_timings(tls) if not desync else (),
     )
 
