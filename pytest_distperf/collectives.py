@@ -25,6 +25,7 @@ from pytest_distperf.records import (
     PairRow,
     SizeOutcome,
     gbps,
+    slowest_control,
 )
 
 #: The ops of ``bench``, in the order the suite runs them.
@@ -155,10 +156,7 @@ def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,
         algbw = gbps(size_bytes, time_us)
         wrong = sum(o.wrong for o in outcomes)
         first = next((o.first_wrong for o in outcomes if o.first_wrong), "")
-        control: tuple[float, ...] = ()
-        if outcomes and all(len(o.control) == len(samples_us) for o in outcomes):
-            control = tuple(max(col) for col in zip(*(o.control for o in outcomes),
-                                                     strict=True))
+        control = slowest_control([o.control for o in outcomes], len(samples_us))
         rows.append(CollectiveRow(label, size_bytes, count, time_us, algbw, algbw * factor,
                                   wrong, samples_us, per_rank_us, first, control))
     return CollectiveResult(spec.op, spec.world_size, backend, device_type, spec.dtype,

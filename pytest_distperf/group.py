@@ -109,6 +109,11 @@ class DistGroup:
         if self._recorder is not None:
             self._recorder(label, metrics, result, remeasure)
 
+    @property
+    def device_model(self) -> str:
+        """The ranks' device model, as rank 0 reports it (a GPU's name, or the CPU's)."""
+        return str(self.engine.rank_info()[0].get("device_model", ""))
+
     def measure(self, name: str, fn: Callable[..., Any], *args: Any, warmup: int = 3,
                 iters: int = 20, control: bool = True, **kwargs: Any) -> MeasureResult:
         """Time ``fn(*args, **kwargs)`` on every rank, ``iters`` times after ``warmup``.
@@ -160,8 +165,7 @@ class DistGroup:
         spec = collectives.plan(op, sizes, dtype, warmup, iters, world_size=self._size,
                                 device_type=self.device_type, control=control)
         label = f"bench({op})"
-        model = str(self.engine.rank_info()[0].get("device_model", ""))
-        peak = hardware.link_peak(self.backend, self.device_type, model)
+        peak = hardware.link_peak(self.backend, self.device_type, self.device_model)
 
         def once() -> CollectiveResult:
             per_rank = self.call(bench_on_rank, (spec,), {},

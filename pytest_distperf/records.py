@@ -277,6 +277,14 @@ class RankTimes:
     control: tuple[float, ...] = ()
 
 
+def slowest_control(per_rank: Sequence[Sequence[float]], iterations: int) -> tuple[float, ...]:
+    """The host-speed control per iteration, the slowest rank's (as the samples are); ()
+    when some rank's controls do not pair with the ``iterations``."""
+    if not per_rank or not all(len(r) == iterations for r in per_rank):
+        return ()
+    return tuple(max(float(v) for v in col) for col in zip(*per_rank, strict=True))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class MeasureResult:
     """What :meth:`DistGroup.measure` measured: per-rank samples and the per-iteration max."""
@@ -292,11 +300,7 @@ class MeasureResult:
                       control_per_rank: Sequence[Sequence[float]] = ()) -> MeasureResult:
         rows = tuple(tuple(float(v) for v in r) for r in per_rank)
         samples = tuple(max(col) for col in zip(*rows, strict=True)) if rows else ()
-        control: tuple[float, ...] = ()
-        if control_per_rank and all(len(r) == len(samples) for r in control_per_rank):
-            columns = zip(*control_per_rank, strict=True)
-            control = tuple(max(float(v) for v in col) for col in columns)
-        return cls(name, rows, samples, control)
+        return cls(name, rows, samples, slowest_control(control_per_rank, len(samples)))
 
     @property
     def time_s(self) -> float:

@@ -333,9 +333,6 @@ def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False) -> li
     return lines + breaches if quiet else lines
 
 
-def verdict_summary_lines(records: Sequence[TestRecord]) -> list[str]:
-    """:func:`verdict_summary` as plain text."""
-    return [line.text for line in verdict_summary(records)]
 
 
 def _attention(nodeid: str, v: Verdict) -> list[Line]:

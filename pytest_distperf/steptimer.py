@@ -170,7 +170,7 @@ class DDPStepTimer:
             return float(peak_tflops) * 1e12
         if self._group.device_type != "cuda":
             return 0.0
-        return peak_flops(str(self._group.engine.rank_info()[0].get("device_model", "")))
+        return peak_flops(self._group.device_model)
 
     def _measure(self, spec: StepSpec, size: int, label: str) -> StepTiming:
         from pytest_distperf.rank.ddp import time_steps

@@ -685,8 +685,8 @@ def test_verdicts_travel_with_the_record_and_render() -> None:
                                 "verdict"]
     assert table[1].split() == ["w.time_s", "20", "ms", "40", "ms", "+100.0%", "99.99%",
                                 "regressed"]
-    lines = report.verdict_summary_lines([record, TestRecord(
-        "t.py::test_b", 2, verdicts=[Verdict("x", bl.IMPROVED, change=-0.5)])])
+    lines = [line.text for line in report.verdict_summary([record, TestRecord(
+        "t.py::test_b", 2, verdicts=[Verdict("x", bl.IMPROVED, change=-0.5)])])]
     assert lines[0] == "distperf verdicts (per metric): 1 regressed, 1 improved"
     assert lines[1].split()[0] == "REGRESSED" and lines[2].split()[0] == "IMPROVED"
     record.measurements.append(Measurement("m", (Metric("w.time_s", 0.04, "s"),)))

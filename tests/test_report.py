@@ -23,7 +23,7 @@ def test_no_baseline_is_one_line_per_test() -> None:
     b = TestRecord("t.py::test_b", 2, verdicts=[
         Verdict("only", "no baseline", "gloo-cpu-w2", detail=why),
         Verdict("slow", "regressed", "gloo-cpu-w2", "s", False, 1.0, 2.0, 1.0, 0.999)])
-    lines = report.verdict_summary_lines([a, b])
+    lines = [line.text for line in report.verdict_summary([a, b])]
     assert lines[0] == "distperf verdicts (per metric): 1 regressed, 4 no baseline"
     assert lines[1].split()[:3] == ["REGRESSED", "t.py::test_b", "slow"]
     assert lines[2:] == [
