@@ -14,9 +14,13 @@ process with a fresh rank pool, in shuffled order:
 * ``barrier``: an extra ``dist.barrier()`` in every step (in the loss);
 * ``wider10``, ``wider25``: the feed-forward layers about 10% and 25% wider (that many more
   parameters in those layers; more gradient bytes);
-* ``slower10``, ``slower20``: 10% and 20% more compute and nothing else: the model runs 2
-  (4) more rows of the 20-row batch through forward and backward; the same parameters,
-  buckets and bytes.
+* ``slower10``, ``slower20``: the step 10% and 20% slower, by CPU work and nothing else:
+  every rank spins a Python loop in the loss for 10% (20%) of the saved baseline's step time
+  (the loop's speed measured in this process right after the save), so the work grows and
+  shrinks with the host's speed as the model's own does; the same parameters, buckets and
+  bytes.  ``--slowdown rows`` makes them 10% and 20% more *model* compute instead (2 or 4
+  more rows of the 20-row batch through forward and backward), which moves this step by less
+  (about half of it is communication) and also moves ``flops_per_step``.
 
 ``--kind profile`` runs the same model's DDP step under ``dist_profiler`` (``setup`` builds
 the DDP model, 3 profiled steps) instead: its exact metrics are ``profile.comm.<op>.calls``
@@ -63,6 +67,7 @@ TEST_FILE = textwrap.dedent('''
 
     VOCAB, DIM, SEQ, BATCH = 512, 128, 32, 20
     EXTRA_ROWS = int(os.environ.get("EQ_EXTRA_ROWS", "0"))
+    SPIN = int(os.environ.get("EQ_SPIN", "0"))
     FF = int(4 * DIM * (1 + float(os.environ.get("EQ_WIDER", "0"))))
     BARRIER = os.environ.get("EQ_BARRIER") == "1"
 
@@ -90,6 +95,8 @@ TEST_FILE = textwrap.dedent('''
     def loss(logits):
         if BARRIER:
             dist.barrier()
+        for _ in range(SPIN):  # a slower step: CPU work that scales with the host's speed
+            pass
         return logits.float().logsumexp(-1).mean()
 
 
@@ -130,10 +137,21 @@ CHANGES: dict[str, dict[str, str]] = {
     "barrier": {"EQ_BARRIER": "1"},
     "wider10": {"EQ_WIDER": "0.1"},
     "wider25": {"EQ_WIDER": "0.25"},
-    "slower10": {"EQ_EXTRA_ROWS": "2"},
+    "slower10": {"EQ_EXTRA_ROWS": "2"},  # --slowdown rows; spin: set after the save
     "slower20": {"EQ_EXTRA_ROWS": "4"},
 }
-SLOWDOWNS = ("slower10", "slower20")
+SLOWDOWNS = {"slower10": 0.10, "slower20": 0.20}
+
+
+def loop_rate() -> float:
+    """Iterations per second of the empty Python loop the ``spin`` slowdown runs (best of 5)."""
+    n, best = 2_000_000, float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(n):
+            pass
+        best = min(best, time.perf_counter() - started)
+    return n / best
 
 
 def run_pytest(project: Path, env_extra: dict[str, str], *, save: bool = False,
@@ -188,6 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument("--no-control", action="store_true",
                         help="ddp_step_timer(control=False): step_time_s by the plain rule")
+    parser.add_argument("--slowdown", choices=("spin", "rows"), default="spin",
+                        help="spin: the step 10%%/20%% slower by a CPU loop sized to the saved "
+                             "step (default); rows: 10%%/20%% more model compute")
     parser.add_argument("--kind", choices=("ddp", "profile"), default="ddp",
                         help="ddp: ddp_step_timer (default); profile: dist_profiler's exact "
                              "counts (no slowdown runs: its timings are informational)")
@@ -208,6 +229,15 @@ def main(argv: list[str] | None = None) -> None:
         saved = run_pytest(project, CHANGES["clean"], save=True, test=test)
         if saved["exit"] != 0:
             raise SystemExit(f"the save failed: {saved}")
+        if args.kind == "ddp" and args.slowdown == "spin":
+            step = saved["verdicts"]["step_time_s"]["current"]
+            rate = loop_rate()
+            for kind, extra in SLOWDOWNS.items():
+                CHANGES[kind] = {**{k: v for k, v in CHANGES["clean"].items()},
+                                 "EQ_SPIN": str(round(extra * step * rate))}
+            print(f"saved step {step * 1e3:.1f} ms; spin slowdowns: "
+                  f"{ {k: CHANGES[k]['EQ_SPIN'] for k in SLOWDOWNS} } loop iterations "
+                  f"({rate / 1e6:.1f} M/s)", flush=True)
         order = ["clean"] * args.clean + [
             k for k in CHANGES if k != "clean"
             for _ in range(args.changed if k in SLOWDOWNS else args.comm)]
@@ -228,7 +258,8 @@ def main(argv: list[str] | None = None) -> None:
 def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.datetime,
            args: argparse.Namespace) -> None:
     print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, python {platform.python_version()}, --kind {args.kind}")
+          f"{os.cpu_count()} cores, python {platform.python_version()}, --kind {args.kind}, "
+          f"--slowdown {args.slowdown}")
     print("caught: step_time_s regressed (slowdowns) or an exact metric regressed (the "
           "rest); timing regr/inconcl: any measured metric")
     print(f"{'kind':<9} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "

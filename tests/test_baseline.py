@@ -579,6 +579,13 @@ def test_the_control_screens_then_pools() -> None:
     # the slow first measurement was a spell: the pooled median is what counts
     spell = [controlled(scaled(1.3))] + [controlled(TIMES)] * (CREG - 1)
     assert decide(base, *spell)[0] == bl.UNCHANGED
+    # ... and the screen is sequential: once the pooled measurements are back near the
+    # baseline it stops, unchanged, without waiting for all of them
+    verdict, _, _, more = decide(base, controlled(scaled(1.3)), controlled(TIMES),
+                                 controlled(TIMES))
+    assert (verdict, more) == (bl.UNCHANGED, False)
+    # a noisy measurement near the baseline stops nothing
+    assert decide(base, controlled(scaled(1.3)), controlled(TIMES, noise=BUSY))[3] is True
     assert decide(base, controlled(scaled(0.7)))[0] == bl.IMPROVED
     assert decide(base, controlled(scaled(1.2)), can_confirm=False)[0] == bl.REGRESSED
 

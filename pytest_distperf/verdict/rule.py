@@ -35,9 +35,12 @@ of covariance, as CUPED does for A/B tests):
   a matmul loop here (median 0.74), 0 for a sleep;
 * each sample becomes ``log(time) - slope * log(control level)``; the change is the
   difference of the two sides' 25% quantiles, back in relative terms;
-* a first measurement worse by a quarter of the tolerance is measured again until there are
-  ``CONTROL_WINDOWS``; then it is a regression when the pooled change is past the line and a
-  one-sided Mann-Whitney test of the adjusted samples agrees at ``ALPHA``.  The noise probe
+* a sequential screen: while the pooled change is worse by a quarter of the tolerance
+  (``CONTROL_SCREEN_FRACTION``) the metric is measured once more, up to ``CONTROL_WINDOWS``;
+  as soon as the pooled quiet measurements come back under that, it is unchanged (a clean run
+  rarely needs more than two); with ``CONTROL_WINDOWS`` it is a regression when the pooled
+  change is past the line and a one-sided Mann-Whitney test of the adjusted samples agrees at
+  ``ALPHA``.  The noise probe
   and the spread limit still set noisy measurements aside; and since another process can
   push an adjusted time either way, a noisy measurement clears and improves nothing: with
   no quiet one the verdict is inconclusive.
@@ -107,7 +110,9 @@ NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: machine (docs/baselines.md), six a side: 1-2% of clean comparisons false-alarmed and 90%
 #: of 10% slowdowns were caught; four a side: 2% and 86%.
 CONTROL_WINDOWS = 6
-#: ... re-measured only when the first measurement is worse by this fraction of the tolerance
+#: ... measured again only while the pooled measurements so far are worse by this fraction
+#: of the tolerance (a sequential screen: it can end in *unchanged* early, never in a
+#: regression; benchmarks/ddp_verdicts.md has what it saves)
 CONTROL_SCREEN_FRACTION = 0.25
 #: ... this many seconds apart: the host's speed changes from one second to the next, and
 #: measurements spread over a few seconds average over it.
@@ -330,7 +335,9 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # nothing, they are measured again and, with no quiet one, too noisy to tell.
     if a.trusted and a.better_like and _significant(a.p_better):
         return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
-    screened_out = n == 1 and a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+    # the screen: the quiet measurements so far, pooled, are near the baseline: unchanged,
+    # whatever the count (only a regression needs all CONTROL_WINDOWS)
+    screened_out = a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
     if can_confirm and n < CONTROL_WINDOWS and not screened_out:
         return INCONCLUSIVE, a, "awaiting confirmation", True
     if not a.trusted:
