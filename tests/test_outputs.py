@@ -307,3 +307,65 @@ def test_a_large_trace_is_written_gzip_compressed(tmp_path: Path) -> None:
     assert large.stat().st_size < small.stat().st_size / 5
     assert large.stat().st_mode & 0o777 == _new_file_mode()
     assert rank_trace_dir(large) == rank_trace_dir(small).with_name("u.ranks")
+
+
+# -- the example CI workflow ---------------------------------------------------------------------
+WORKFLOW = Path(__file__).parents[1] / "examples" / "ci" / "distperf.yml"
+
+
+class _Options:
+    """Stands in for pytest's parser and its option group: keeps the flags the plugin adds."""
+
+    def __init__(self) -> None:
+        self.flags: set[str] = set()
+
+    def getgroup(self, *args: Any, **kwargs: Any) -> _Options:
+        return self
+
+    def addoption(self, *names: str, **kwargs: Any) -> None:
+        self.flags.update(names)
+
+    def addini(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _workflow_steps(text: str) -> list[str]:
+    """The workflow's steps, each as its own text (no YAML parser needed: a step starts
+    with ``- name:`` or ``- uses:``)."""
+    return re.split(r"\n\s*- (?=name:|uses:)", text)[1:]
+
+
+def test_the_ci_example_passes_only_options_the_plugin_has() -> None:
+    from pytest_distperf import plugin
+    from pytest_distperf.export import FORMATS, bigger_path
+
+    options = _Options()
+    plugin.pytest_addoption(options)  # type: ignore[arg-type]
+    text = WORKFLOW.read_text()
+    used = set(re.findall(r"--distperf[a-z-]*|--gpus\b", text))
+    assert {"--distperf", "--distperf-save", "--distperf-json", "--distperf-export"} <= used
+    assert used <= options.flags, used - options.flags
+    exports = re.findall(r"--distperf-export\s+(\S+)\s+(\S+)", text)
+    assert {fmt for fmt, _ in exports} == {"bmf", "gab"} <= set(FORMATS)
+    # github-action-benchmark reads the gab files, each in its own direction, under a name
+    # of its own (one history per name), and pushes to gh-pages only on main
+    gab = {path for fmt, path in exports if fmt == "gab"}
+    files = {"customSmallerIsBetter": gab,
+             "customBiggerIsBetter": {str(bigger_path(Path(p))) for p in gab}}
+    steps = [s for s in _workflow_steps(text) if "benchmark-action/github-action-benchmark" in s]
+    assert len(steps) == 4
+    names = set()
+    for step in steps:
+        (tool,) = re.findall(r"\btool: (\S+)", step)
+        (path,) = re.findall(r"\boutput-file-path: (\S+)", step)
+        assert path in files[tool], step
+        assert f"hashFiles('{path}') != ''" in step, step  # skipped when not written
+        names.add((re.findall(r"\bname: (.+)", step)[1], tool))
+        push = "auto-push: true" in step
+        assert push == ("Record the history" in step), step
+        assert push or "auto-push: false" in step, step
+    assert len(names) == 2 and len({n for n, _ in names}) == 2
+    # the steps after a comparison that may fail still run
+    compare = text[text.index("  compare:"):text.index("  save:")]
+    after = compare[compare.index("Compare with the baselines"):]
+    assert all("!cancelled()" in s for s in _workflow_steps(after))
