@@ -12,6 +12,7 @@ figure has no baseline and limits too wide to breach, so the outcome is always t
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import re
@@ -369,3 +370,74 @@ def test_the_ci_example_passes_only_options_the_plugin_has() -> None:
     compare = text[text.index("  compare:"):text.index("  save:")]
     after = compare[compare.index("Compare with the baselines"):]
     assert all("!cancelled()" in s for s in _workflow_steps(after))
+
+
+# -- under torchrun, only rank 0 writes -----------------------------------------------------------
+TORCHRUN_SUITE = textwrap.dedent("""
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    pytestmark = pytest.mark.distperf(max_comm_overhead=1.0, max_imbalance=1e6)
+
+    def test_bench(nccl_group):
+        nccl_group.bench("all_reduce", ["4KiB", "64KiB"], warmup=1, iters=3)
+
+    def test_profiled(dist_profiler):
+        def work():
+            dist.all_reduce(torch.ones(256))
+
+        dist_profiler.warmup = 0
+        dist_profiler(work)
+""")
+
+
+def test_under_torchrun_only_rank_zero_writes_the_outputs(tmp_path: Path) -> None:
+    """Every rank runs pytest with the same options and inherits $GITHUB_STEP_SUMMARY; the
+    files are written, and the job summary appended to, once."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_torchrun_outputs.py").write_text(TORCHRUN_SUITE)
+    out = tmp_path / "out"
+    out.mkdir()
+    summary = out / "step_summary.md"
+    plots = importlib.util.find_spec("matplotlib") is not None
+    args = ["--distperf-json", "out/report.json", "--distperf-markdown", "out/summary.md",
+            "--distperf-export", "bmf", "out/bmf.json", "--distperf-export", "gab", "out/gab.json",
+            "--distperf-trace", "out/traces", *(["--distperf-plots", "out/plots"] if plots else [])]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "--tee", "3", "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "-rA", *args],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1", GITHUB_STEP_SUMMARY=str(summary)))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert output.count("2 passed") == 2, output  # both ranks ran the suite
+    # one rank wrote, once each
+    for line in ("distperf: JSON report written to", "distperf: Markdown summary written to",
+                 "distperf: Bencher Metric Format export written to",
+                 "distperf: github-action-benchmark export written to",
+                 "distperf: summary appended to $GITHUB_STEP_SUMMARY",
+                 "distperf: merged trace of 2 ranks written to",
+                 *(["distperf: plots written to"] if plots else [])):
+        assert output.count(line) == 1, (line, output)
+    text = summary.read_text()
+    assert text.count("## distperf") == 1, text
+    assert text == (out / "summary.md").read_text() + "\n"
+    data, records = jsonreport.read_json(out / "report.json")
+    if importlib.util.find_spec("jsonschema") is not None:
+        import jsonschema
+
+        jsonschema.validate(data, jsonreport.load_schema(), cls=jsonschema.Draft202012Validator)
+    assert [r.nodeid for r in records] == ["test_torchrun_outputs.py::test_bench",
+                                           "test_torchrun_outputs.py::test_profiled"]
+    assert json.loads((out / "bmf.json").read_text())
+    assert json.loads((out / "gab.json").read_text())
+    traces = out / "traces"
+    stem = "test_torchrun_outputs.py__test_profiled"
+    assert sorted(p.name for p in traces.iterdir()) == [f"{stem}.ranks", f"{stem}.trace.json"]
+    assert sorted(p.name for p in (traces / f"{stem}.ranks").iterdir()) == [
+        "rank0.trace.json", "rank1.trace.json"]
+    if plots:
+        assert [p.name for p in (out / "plots").iterdir()] == ["busbw.png"]
+    # no temp file left behind by a write that lost a race
+    assert not [p for p in out.rglob(".*") if p.is_file()], list(out.rglob(".*"))
