@@ -190,7 +190,10 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
             "exact_moved": moved, "caught": caught,
             "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
-                                              "control_slope", "detail")},
+                                              "control_slope", "detail", "steal", "wait",
+                                              "other_load")},
+            "details": {m: v.get("detail", "") for m, v in verdicts.items()
+                        if v["verdict"] not in ("unchanged", "informational")},
             "timing": timing,
             "explanation": first["explanation"] if first else "",
             "step_explanation": verdicts.get("step_time_s", {}).get("explanation", "")}

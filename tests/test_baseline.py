@@ -590,6 +590,30 @@ def test_the_control_screens_then_pools() -> None:
     assert decide(base, controlled(scaled(1.2)), can_confirm=False)[0] == bl.REGRESSED
 
 
+def test_nothing_is_told_from_a_host_far_from_the_saves_speed() -> None:
+    """Past HOST_CHANGE_LIMIT the fitted slope cannot be trusted to take the host out: a
+    would-be regression, improvement or early "unchanged" is measured again, then
+    inconclusive, with the figure.  Within it the same figures are judged."""
+    base = stored_controlled()
+    far = 1.025 * (1 + bl.HOST_CHANGE_LIMIT) * 1.2  # the baseline's median host is 1.025
+    slow_host = controlled(scaled(far), scaled(far, CONTROL))  # the time follows the host
+    verdict, a, _, more = decide(base, slow_host)
+    assert (verdict, more) == (bl.INCONCLUSIVE, True)  # not screened out as unchanged
+    assert a.host_change is not None and a.host_change > bl.HOST_CHANGE_LIMIT
+    for factor in (1.0, 1.2, 0.7):  # unchanged, 20% slower, 30% faster: none is told
+        w = controlled(scaled(far * factor), scaled(far, CONTROL))
+        verdict, _, detail, more = decide(base, *[w] * CREG)
+        assert (verdict, more) == (bl.INCONCLUSIVE, False)
+        assert f"the host ran {a.host_change:.0%} slower than when the baseline was" in detail
+    fast = 1.025 / (1 + bl.HOST_CHANGE_LIMIT) / 1.2
+    w = controlled(scaled(fast * 1.2), scaled(fast, CONTROL))
+    assert "faster than when the baseline" in decide(base, *[w] * CREG)[2]
+    near = 1.025 * (1 + bl.HOST_CHANGE_LIMIT) / 1.05
+    verdict, a, _, _ = decide(base, *[controlled(scaled(near * 1.2), scaled(near, CONTROL))]
+                              * CREG)
+    assert verdict == bl.REGRESSED and a.change == pytest.approx(0.2, rel=1e-6)
+
+
 def test_noisy_measurements_are_left_out_of_the_pool() -> None:
     base = stored_controlled()
     busy = controlled(scaled(1.8), noise=BUSY)  # another job: slower, and the probe saw it

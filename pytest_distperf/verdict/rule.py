@@ -43,7 +43,10 @@ of covariance, as CUPED does for A/B tests):
   ``ALPHA``.  The noise probe
   and the spread limit still set noisy measurements aside; and since another process can
   push an adjusted time either way, a noisy measurement clears and improves nothing: with
-  no quiet one the verdict is inconclusive.
+  no quiet one the verdict is inconclusive.  Nor is a change called, either way, when the
+  host ran more than ``HOST_CHANGE_LIMIT`` faster or slower than at the save (the pooled
+  control levels): too far for the fitted slope to take the host out; inconclusive, with
+  the figure.
 """
 
 from __future__ import annotations
@@ -121,6 +124,12 @@ CONTROL_PAUSE_S = 1.0
 #: pushes times up, as for the plain rule; the median false-alarmed 4x as often on recorded
 #: windows)...
 CONTROL_ESTIMATOR_QUANTILE = 0.25
+#: ... and only while the host's speed (the pooled control level) is within this fraction
+#: of the baseline's: the slope is fitted on a few measurements, and an error of 0.2 in it
+#: leaves 0.2 x the host's change in the adjusted time, which past 25% is as large as the
+#: decision line.  On this 2-core host the false alarms of the controlled rule came from
+#: runs with the control 24-67% slower than at the save (benchmarks/ddp_verdicts.md, R19).
+HOST_CHANGE_LIMIT = 0.25
 #: Re-measurement rounds of one test at most (confirmations, or a save's measurements).
 MAX_ROUNDS = max(CONFIRM_ROUNDS, SAVE_MAX_WINDOWS, CONTROL_WINDOWS) + 1
 
@@ -333,17 +342,27 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # Unlike a plain time, an adjusted one can be pushed either way by another process (its
     # time slices inflate the control too): noisy measurements clear nothing and improve
     # nothing, they are measured again and, with no quiet one, too noisy to tell.
-    if a.trusted and a.better_like and _significant(a.p_better):
+    # and nothing is told from a host far from the save's speed: it is measured again (it
+    # may settle), then inconclusive
+    far = a.host_change is not None and abs(a.host_change) > HOST_CHANGE_LIMIT
+    if a.trusted and not far and a.better_like and _significant(a.p_better):
         return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
     # the screen: the quiet measurements so far, pooled, are near the baseline: unchanged,
     # whatever the count (only a regression needs all CONTROL_WINDOWS)
-    screened_out = a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+    screened_out = a.trusted and not far and a.worse < tolerance * CONTROL_SCREEN_FRACTION
     if can_confirm and n < CONTROL_WINDOWS and not screened_out:
         return INCONCLUSIVE, a, "awaiting confirmation", True
     if not a.trusted:
         detail = (f"too noisy to tell in all {n} measurements" if n > 1
                   else "too noisy to tell")
         return INCONCLUSIVE, a, f"{detail} ({'; '.join(a.noisy)})", False
+    if far:
+        assert a.host_change is not None
+        return INCONCLUSIVE, a, (
+            f"the host ran {abs(a.host_change):.0%} {'slower' if a.host_change > 0 else 'faster'}"
+            f" than when the baseline was saved (its host-speed control; more than "
+            f"{HOST_CHANGE_LIMIT:.0%}): too far to take the host's speed out of the time; "
+            "run again on a steadier host"), False
     if not a.worse_like:
         return UNCHANGED, a, "", False
     if _significant(a.p_worse):
