@@ -20,7 +20,11 @@ process with a fresh rank pool, in shuffled order:
   shrinks with the host's speed as the model's own does; the same parameters, buckets and
   bytes.  ``--slowdown rows`` makes them 10% and 20% more *model* compute instead (2 or 4
   more rows of the 20-row batch through forward and backward), which moves this step by less
-  (about half of it is communication) and also moves ``flops_per_step``.
+  (about half of it is communication) and also moves ``flops_per_step``;
+* ``commslow10``, ``commslow20``: the communication slower by 10% (20%) of the saved step:
+  a DDP comm hook (``comm_hook=``) runs the all-reduce and spins the same loop before its
+  future completes, as a compressing or a slower transport's hook would; compute, counts
+  and bytes unchanged.  Caught when ``comm_overhead`` is regressed (the step time moves too).
 
 ``--kind profile`` runs the same model's DDP step under ``dist_profiler`` (``setup`` builds
 the DDP model, 3 profiled steps) instead: its exact metrics are ``profile.comm.<op>.calls``
@@ -68,6 +72,7 @@ TEST_FILE = textwrap.dedent('''
     VOCAB, DIM, SEQ, BATCH = 512, 128, 32, 20
     EXTRA_ROWS = int(os.environ.get("EQ_EXTRA_ROWS", "0"))
     SPIN = int(os.environ.get("EQ_SPIN", "0"))
+    COMM_SPIN = int(os.environ.get("EQ_COMM_SPIN", "0"))
     FF = int(4 * DIM * (1 + float(os.environ.get("EQ_WIDER", "0"))))
     BARRIER = os.environ.get("EQ_BARRIER") == "1"
 
@@ -107,9 +112,22 @@ TEST_FILE = textwrap.dedent('''
         return kwargs
 
 
+    def slow_all_reduce(state, bucket):  # the default hook, then a slower completion
+        buffer = bucket.buffer().div_(dist.get_world_size())
+        fut = dist.all_reduce(buffer, async_op=True).get_future()
+
+        def finish(f):
+            for _ in range(COMM_SPIN):
+                pass
+            return f.value()[0]
+
+        return fut.then(finish)
+
+
     def test_gpt_step(ddp_step_timer):
         ddp_step_timer(TinyGPT, batch, steps=10, warmup=2, loss_fn=loss,
-                       wrapper_kwargs=ddp_kwargs(), control=os.environ.get("EQ_CONTROL") != "0")
+                       wrapper_kwargs=ddp_kwargs(), control=os.environ.get("EQ_CONTROL") != "0",
+                       comm_hook=slow_all_reduce if COMM_SPIN else None)
 
 
     def build():
@@ -139,8 +157,12 @@ CHANGES: dict[str, dict[str, str]] = {
     "wider25": {"EQ_WIDER": "0.25"},
     "slower10": {"EQ_EXTRA_ROWS": "2"},  # --slowdown rows; spin: set after the save
     "slower20": {"EQ_EXTRA_ROWS": "4"},
+    "commslow10": {},  # sized after the save
+    "commslow20": {},
 }
 SLOWDOWNS = {"slower10": 0.10, "slower20": 0.20}
+#: slower communication by this share of the saved step (sized after the save)
+COMM_SLOWDOWNS = {"commslow10": 0.10, "commslow20": 0.20}
 
 
 def loop_rate() -> float:
@@ -185,8 +207,12 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     timing = {m: v["verdict"] for m, v in verdicts.items() if v.get("kind", "") == ""}
     first = exact[regressed[0]] if regressed else None
     step = verdicts.get("step_time_s", {})
-    caught = (step.get("verdict") == "regressed" if kind in SLOWDOWNS
-              else bool(regressed) and run["exit"] == 1)
+    if kind in SLOWDOWNS:
+        caught = step.get("verdict") == "regressed"
+    elif kind in COMM_SLOWDOWNS:
+        caught = verdicts.get("comm_overhead", {}).get("verdict") == "regressed"
+    else:
+        caught = bool(regressed) and run["exit"] == 1
     return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
             "exact_moved": moved, "caught": caught,
             "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
@@ -196,7 +222,9 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
                         if v["verdict"] not in ("unchanged", "informational")},
             "timing": timing,
             "explanation": first["explanation"] if first else "",
-            "step_explanation": verdicts.get("step_time_s", {}).get("explanation", "")}
+            "step_explanation": verdicts.get("step_time_s", {}).get("explanation", ""),
+            "comm_overhead": {k: verdicts.get("comm_overhead", {}).get(k)
+                              for k in ("verdict", "change", "windows", "explanation")}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -212,6 +240,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slowdown", choices=("spin", "rows"), default="spin",
                         help="spin: the step 10%%/20%% slower by a CPU loop sized to the saved "
                              "step (default); rows: 10%%/20%% more model compute")
+    parser.add_argument("--kinds", default="",
+                        help="comma-separated changes to run besides clean (default: all): "
+                             + ", ".join(k for k in CHANGES if k != "clean"))
     parser.add_argument("--kind", choices=("ddp", "profile"), default="ddp",
                         help="ddp: ddp_step_timer (default); profile: dist_profiler's exact "
                              "counts (no slowdown runs: its timings are informational)")
@@ -222,6 +253,10 @@ def main(argv: list[str] | None = None) -> None:
     test = "test_gpt_profile" if args.kind == "profile" else "test_gpt_step"
     if args.kind == "profile":
         args.changed = 0
+    wanted = [k for k in args.kinds.split(",") if k] or [k for k in CHANGES if k != "clean"]
+    unknown = sorted(set(wanted) - set(CHANGES))
+    if unknown:
+        parser.error(f"--kinds: unknown change(s) {', '.join(unknown)}")
     started = datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix="distperf-ddpv-") as tmp:
         project = Path(tmp)
@@ -232,30 +267,38 @@ def main(argv: list[str] | None = None) -> None:
         saved = run_pytest(project, CHANGES["clean"], save=True, test=test)
         if saved["exit"] != 0:
             raise SystemExit(f"the save failed: {saved}")
-        if args.kind == "ddp" and args.slowdown == "spin":
+        if args.kind == "ddp":
             step = saved["verdicts"]["step_time_s"]["current"]
             rate = loop_rate()
-            for kind, extra in SLOWDOWNS.items():
-                CHANGES[kind] = {**{k: v for k, v in CHANGES["clean"].items()},
-                                 "EQ_SPIN": str(round(extra * step * rate))}
-            print(f"saved step {step * 1e3:.1f} ms; spin slowdowns: "
-                  f"{ {k: CHANGES[k]['EQ_SPIN'] for k in SLOWDOWNS} } loop iterations "
+            spins = {**({} if args.slowdown == "rows" else
+                        {k: ("EQ_SPIN", extra) for k, extra in SLOWDOWNS.items()}),
+                     **{k: ("EQ_COMM_SPIN", extra) for k, extra in COMM_SLOWDOWNS.items()}}
+            for kind, (var, extra) in spins.items():
+                CHANGES[kind] = {**CHANGES["clean"], var: str(round(extra * step * rate))}
+            print(f"saved step {step * 1e3:.1f} ms; loop iterations per step: "
+                  f"{ {k: CHANGES[k][v] for k, (v, _) in spins.items()} } "
                   f"({rate / 1e6:.1f} M/s)", flush=True)
+        timed = {*SLOWDOWNS, *COMM_SLOWDOWNS}
         order = ["clean"] * args.clean + [
-            k for k in CHANGES if k != "clean"
-            for _ in range(args.changed if k in SLOWDOWNS else args.comm)]
+            k for k in wanted if k != "clean" and (args.kind == "ddp" or k not in timed)
+            for _ in range(args.changed if k in timed else args.comm)]
         random.Random(args.seed).shuffle(order)
         runs = []
         for i, kind in enumerate(order, 1):
             run = summarise(kind, run_pytest(project, CHANGES[kind], test=test))
             runs.append(run)
-            change = run["step"]["change"]
-            print(f"[{i}/{len(order)}] {kind:<8} exit {run['exit']}  {run['wall_s']:.1f} s  "
+            change, comm = run["step"]["change"], run["comm_overhead"]
+            print(f"[{i}/{len(order)}] {kind:<10} exit {run['exit']}  {run['wall_s']:.1f} s  "
                   f"step_time_s {run['step']['verdict']} "
-                  f"({'-' if change is None else f'{change:+.1%}'}, "
+                  f"({_pct(change)}, "
                   f"{run['step']['windows']} meas.)  exact: {run['exact_moved'] or 'unchanged'}"
+                  f"  comm_overhead {comm['verdict']} ({_pct(comm['change'])})"
                   f"  timing: {sorted(set(run['timing'].values()))}", flush=True)
     report(runs, bare, started, args)
+
+
+def _pct(change: float | None) -> str:
+    return "-" if change is None else f"{change:+.1%}"
 
 
 def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.datetime,
@@ -263,9 +306,9 @@ def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.date
     print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {platform.python_version()}, --kind {args.kind}, "
           f"--slowdown {args.slowdown}")
-    print("caught: step_time_s regressed (slowdowns) or an exact metric regressed (the "
-          "rest); timing regr/inconcl: any measured metric")
-    print(f"{'kind':<9} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "
+    print("caught: step_time_s regressed (slowdowns), comm_overhead regressed (commslow), "
+          "an exact metric regressed (the rest); timing regr/inconcl: any measured metric")
+    print(f"{'kind':<11} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "
           f"{'timing inconcl':>15} {'median wall':>12}")
     for kind in CHANGES:
         mine = [r for r in runs if r["kind"] == kind]
@@ -276,7 +319,7 @@ def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.date
         regr = sum("regressed" in r["timing"].values() for r in mine)
         inconcl = sum("inconclusive" in r["timing"].values() for r in mine)
         wall = statistics.median(r["wall_s"] for r in mine)
-        print(f"{kind:<9} {len(mine):>4} {caught:>7} {moved:>12} {regr:>12} {inconcl:>15} "
+        print(f"{kind:<11} {len(mine):>4} {caught:>7} {moved:>12} {regr:>12} {inconcl:>15} "
               f"{wall:>10.1f} s")
     clean = [r["wall_s"] for r in runs if r["kind"] == "clean"]
     if clean:
