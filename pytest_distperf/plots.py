@@ -165,7 +165,8 @@ def steps_figure(record: TestRecord, timing: StepTiming) -> Any:
     for p, top, w in zip(timing.per_rank, tops, wait, strict=True):
         if p.straggler:
             ax.bar([p.rank], [top + w], fill=False, edgecolor="red", linewidth=2.5)
-            ax.annotate("straggler", (p.rank, top + w), textcoords="offset points",
+            ax.annotate(f"straggler: rank {p.rank}", (p.rank, top + w),
+                        textcoords="offset points",
                         xytext=(0, 4), ha="center", color="red", fontweight="bold")
     ax.set_xticks(ranks, [f"rank {r}" for r in ranks])
     ax.set_ylim(0, highest * 1.15 if highest > 0 else 1)

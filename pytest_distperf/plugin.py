@@ -310,13 +310,21 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     start = None
     if session is not None and session.cfg.enabled and is_distperf_test(item):
         start = session.noise_snapshot()
-    result = yield
+    from pytest_distperf.report import junit_properties
+
+    try:
+        result = yield
+    except BaseException:
+        # The test raised: nothing is judged, but the figures it recorded before that still
+        # go to the JUnit XML.
+        record = item.stash.get(RECORD_KEY, None)
+        if record is not None and record.metrics:
+            item.user_properties.extend(junit_properties(record))
+        raise
     record = item.stash.get(RECORD_KEY, None)
     if session is not None and record is not None and record.metrics:
         figures = session.noise_since(start) if start is not None else None
         failure = session.judge(item, record, figures)
-        from pytest_distperf.report import junit_properties
-
         item.user_properties.extend(junit_properties(record))
         limits = item.stash.get(LIMITS_KEY, None)
         if limits is not None:

@@ -9,11 +9,13 @@ back as compressed JSON; :class:`DistProfiler` merges them
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import re
 import sys
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,9 +141,12 @@ class DistProfiler:
         if path is not None:
             path = write_trace(path, merge_traces(traces))
             folder = rank_trace_dir(path)
+            written = [path]
             for rank, trace in enumerate(traces):
-                write_trace(folder / f"rank{rank}.trace.json", rank_trace(trace, rank, size),
-                            what=f"trace of rank {rank}")
+                written.append(write_trace(folder / f"rank{rank}.trace.json",
+                                           rank_trace(trace, rank, size),
+                                           what=f"trace of rank {rank}"))
+            remove_stale_traces(written)
             sys.stdout.write(f"distperf: merged trace of {len(traces)} ranks written to "
                              f"{path} (each rank's own in {folder.name}/)\n")
         return analyse(traces, limits=self._limits, trace_path=str(path) if path else "",
@@ -154,6 +159,29 @@ def rank_trace_dir(merged: Path) -> Path:
     ``x.trace.json`` -> ``x.ranks/``."""
     name = merged.name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
     return merged.with_name(f"{name}.ranks")
+
+
+#: A rank's own trace in the folder beside the merged one, as :class:`DistProfiler` names it.
+_RANK_TRACE = re.compile(r"rank[0-9]+\.trace\.json(\.gz)?")
+
+
+def remove_stale_traces(written: Sequence[Path]) -> None:
+    """Remove what an earlier run left beside a trace just written: the merged trace's twin
+    (``.json`` beside a new ``.json.gz``, or the other way round) and, in its ``.ranks/``
+    folder, every rank trace not written now (the other suffix, or ranks beyond this world
+    size).  ``written``: the merged trace first, then the ranks' own.  Only files named as
+    this module names them are touched; one that cannot be removed is left."""
+    merged = written[0]
+    twin = (merged.with_name(merged.name.removesuffix(".gz")) if merged.suffix == ".gz"
+            else merged.with_name(merged.name + ".gz"))
+    stale = [twin]
+    folder = rank_trace_dir(merged)
+    with contextlib.suppress(OSError):
+        stale += [p for p in folder.iterdir()
+                  if _RANK_TRACE.fullmatch(p.name) and p not in written]
+    for path in stale:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
 
 
 def write_trace(path: Path, trace: Mapping[str, Any],

@@ -75,7 +75,35 @@ COUNTS = textwrap.dedent("""
         dist_profiler(work)
 """)
 
+# Not collected by the main run (no test_ prefix); run by name. test_quiet: the same count
+# regression, beside a second profile that does not change (its figures are per-metric rows
+# that -q leaves out); test_raises: figures recorded, then the test raises.
+EXTRA = textwrap.dedent("""
+    import os
+    import pytest
+    import torch
+    import torch.distributed as dist
+
+    pytestmark = pytest.mark.distperf(max_comm_overhead=1.0, max_imbalance=1e6)
+
+    def all_reduces(n):
+        t = torch.ones(256)
+        for _ in range(n):
+            dist.all_reduce(t)
+
+    def test_quiet(dist_profiler):
+        dist_profiler.warmup = 0
+        dist_profiler(all_reduces, int(os.environ["DISTPERF_TEST_CALLS"]))
+        dist_profiler(all_reduces, 1)
+
+    def test_raises(nccl_group):
+        nccl_group.measure("tiny", lambda: None, warmup=0, iters=3)
+        raise RuntimeError("raised after recording a figure")
+""")
+
 BASE = ("-p", "no:cacheprovider", "--distperf", "--gpus", "2")
+#: The umask every run here has: new files get 0o666 & ~UMASK.
+UMASK = 0o022
 REGRESSED = "profile.comm.all_reduce.calls"
 
 
@@ -91,7 +119,7 @@ def _pytest(folder: Path, *args: str, **env: str) -> str:
     added to the environment); its output."""
     proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=folder, check=False,
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **env})
+                          env={**os.environ, **env}, umask=UMASK)
     return proc.stdout + proc.stderr
 
 
@@ -101,13 +129,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     (folder / "pytest.ini").write_text("[pytest]\n")
     (folder / "test_perf.py").write_text(PERF)
     (folder / "test_counts.py").write_text(COUNTS)
-    saved = _pytest(folder, *BASE, "--distperf-save", "test_counts.py",
+    (folder / "extra.py").write_text(EXTRA)
+    saved = _pytest(folder, *BASE, "--distperf-save", "test_counts.py", "extra.py::test_quiet",
                     DISTPERF_TEST_CALLS="1")
-    assert "1 passed" in saved, saved
+    assert "2 passed" in saved, saved
     out = folder / "out"
     summary = out / "step_summary.md"
     out.mkdir()
     summary.write_text("earlier step\n")
+    # what an earlier run left: the merged trace compressed, the ranks' too, and a third rank
+    stale = out / "traces" / "test_counts.py__test_counts.ranks"
+    stale.mkdir(parents=True)
+    for name in ("rank1.trace.json.gz", "rank2.trace.json", "notes.txt"):
+        (stale / name).write_text("old")
+    (out / "traces" / "test_counts.py__test_counts.trace.json.gz").write_text("old")
     text = _pytest(
         folder, *BASE, "-rA", "--color=yes", "--distperf-json", str(out / "report.json"),
         "--distperf-markdown", str(out / "summary.md"), "--distperf-plots", str(out / "plots"),
@@ -198,6 +233,37 @@ def test_quiet_keeps_the_regressions_and_the_counts(run: Run) -> None:
     assert len(loud) > len(quiet) and quiet[0] in loud
 
 
+def test_quiet_through_the_plugin_keeps_regressions_and_counts_in_plain_text(run: Run) -> None:
+    """-q keeps the counts and the regressions and drops the per-metric rows (the unchanged
+    second profile's among them); --color=no: no colour codes at all."""
+    text = _pytest(run.path, *BASE, "-q", "--color=no", "extra.py::test_quiet",
+                   DISTPERF_TEST_CALLS="3")
+    assert "\x1b[" not in text
+    assert "1 failed" in text, text
+    summary = text.split("distperf summary", 1)[1].splitlines()
+    counts = next(line for line in summary if line.startswith("distperf verdicts (per metric):"))
+    assert "2 regressed" in counts and "2 unchanged" in counts, counts
+    assert [line.split()[:3] for line in summary if line.startswith("  REGRESSED")] == [
+        ["REGRESSED", "extra.py::test_quiet", REGRESSED],
+        ["REGRESSED", "extra.py::test_quiet", "profile.comm.all_reduce.bytes"]]
+    # no block per test, no table, no rows of figures
+    assert not [line for line in summary
+                if " ranks] " in line or re.match(r"    \S", line)], summary
+
+
+def test_junit_xml_holds_the_figures_of_a_test_that_raised(run: Run) -> None:
+    from xml.etree import ElementTree
+
+    junit = run.out / "raised.xml"
+    text = _pytest(run.path, *BASE, "extra.py::test_raises", "--junitxml", str(junit))
+    assert "RuntimeError: raised after recording a figure" in text, text
+    (case,) = ElementTree.parse(junit).iter("testcase")
+    assert case.find("failure") is not None
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert set(props) == {"distperf.tiny.time_s"}, props
+    assert props["distperf.tiny.time_s"].endswith("s")
+
+
 # -- 3: Markdown and the job summary -------------------------------------------------------------
 def test_the_markdown_summary_and_the_job_summary(run: Run) -> None:
     text = (run.out / "summary.md").read_text()
@@ -266,7 +332,88 @@ def test_each_plot_is_a_png_made_from_the_runs_results(run: Run) -> None:
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", name
         width, height = struct.unpack(">II", data[16:24])
         assert width >= 400 and height >= 300, name
-        assert os.stat(run.out / "plots" / name).st_mode & 0o777 == _new_file_mode()
+        assert os.stat(run.out / "plots" / name).st_mode & 0o777 == 0o666 & ~UMASK
+
+
+def _plotted(run: Run) -> list[Any]:
+    pytest.importorskip("matplotlib")
+    _, records = jsonreport.read_json(run.out / "report.json")
+    return records
+
+
+def test_the_busbw_plot_has_a_log_size_axis_and_the_link_peak_where_known(run: Run) -> None:
+    import dataclasses
+
+    from pytest_distperf import plots
+    from pytest_distperf.records import CollectiveResult
+
+    records = _plotted(run)
+    (record, result), = [(r, m.result) for r in records for m in r.measurements
+                         if isinstance(m.result, CollectiveResult)]
+    assert result.link_peak_gbps == 0  # gloo on CPU: no known link
+
+    def peak_lines(fig: Any) -> list[Any]:
+        return [line for line in fig.axes[0].get_lines() if "peak" in line.get_label()]
+
+    unknown = plots.busbw_figure([(record, result)])
+    (ax,) = unknown.axes
+    assert ax.get_xscale() == "log"
+    assert [line.get_label() for line in ax.get_lines()] == ["all_reduce"]
+    assert list(ax.get_lines()[0].get_xdata()) == [4096, 65536, 1 << 20]
+    assert not peak_lines(unknown) and "link peak unknown" in ax.get_title()
+    nvlink = dataclasses.replace(result, link_peak_gbps=450.0, link="NVLink 4")
+    known = plots.busbw_figure([(record, nvlink)])
+    (line,) = peak_lines(known)
+    assert line.get_label() == "NVLink 4 peak 450 GB/s" and line.get_linestyle() == "--"
+    assert set(line.get_ydata()) == {450.0}
+    assert "unknown" not in known.axes[0].get_title()
+
+
+def test_the_steps_plot_marks_the_straggler_by_its_rank(run: Run) -> None:
+    from pytest_distperf import plots
+    from pytest_distperf.records import StepTiming
+
+    records = _plotted(run)
+    (record, timing), = [(r, m.result) for r in records for m in r.measurements
+                         if isinstance(m.result, StepTiming)]
+    assert timing.stragglers == [1]
+    (ax,) = plots.steps_figure(record, timing).axes
+    assert [t.get_text() for t in ax.texts] == ["straggler: rank 1"]
+    (mark,) = ax.texts
+    assert mark.xy[0] == 1  # above rank 1's bar
+    (outline,) = (p for p in ax.patches if not p.get_fill())  # one bar outlined: rank 1's
+    assert outline.get_x() < 1 < outline.get_x() + outline.get_width()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["rank 0", "rank 1"]
+
+
+def test_the_scaling_plot_has_ideal_scaling(run: Run) -> None:
+    from pytest_distperf import plots
+    from pytest_distperf.records import ScalingResult
+
+    records = _plotted(run)
+    scaling = [(r, m.result) for r in records for m in r.measurements
+               if isinstance(m.result, ScalingResult)]
+    (ax,) = plots.scaling_figure(scaling).axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    ideal = lines["ideal"]
+    assert list(ideal.get_xdata()) == [1, 2] and list(ideal.get_ydata()) == [1.0, 2.0]
+    (measured,) = (line for label, line in lines.items() if label != "ideal")
+    assert list(measured.get_xdata()) == [1, 2]
+    assert len(ax.texts) == 2 and all(t.get_text().endswith("%") for t in ax.texts)
+
+
+def test_the_regressions_plot_has_baseline_and_current_bars(run: Run) -> None:
+    from pytest_distperf import plots
+
+    records = _plotted(run)
+    regressed = [(r.nodeid, v) for r in records for v in r.verdicts if v.verdict == "regressed"]
+    fig = plots.regressions_figure(regressed)
+    assert len(fig.axes) == len(regressed) == 2
+    for ax, (_, verdict) in zip(fig.axes, regressed, strict=True):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["baseline", "current"]
+        assert [bar.get_height() for bar in ax.patches] == [verdict.baseline, verdict.current]
+        assert verdict.metric in ax.get_title()
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1 calls", "3 calls"]
 
 
 def _new_file_mode() -> int:
@@ -283,15 +430,39 @@ def test_each_ranks_own_trace_is_kept_beside_the_merged_one(run: Run) -> None:
                                                         merged.name]
     assert json.loads(merged.read_text())["traceEvents"]  # small: plain JSON
     folder = traces / "test_counts.py__test_counts.ranks"
-    assert sorted(p.name for p in folder.iterdir()) == ["rank0.trace.json", "rank1.trace.json"]
+    # the stale traces of an earlier run are gone (the merged .json.gz, rank1's .json.gz,
+    # rank 2 of a larger world); a file the plugin did not name stays
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "rank0.trace.json",
+                                                        "rank1.trace.json"]
     for rank in (0, 1):
         path = folder / f"rank{rank}.trace.json"
         trace = json.loads(path.read_text())
         assert trace["distributedInfo"]["rank"] == rank
         assert trace["distributedInfo"]["world_size"] == 2
         assert any(e.get("name") == "gloo:all_reduce" for e in trace["traceEvents"])
-        for written in (path, merged):
-            assert os.stat(written).st_mode & 0o777 == _new_file_mode()
+
+
+def test_every_file_of_the_run_has_the_mode_a_new_file_gets(run: Run) -> None:
+    """0o644 under umask 022, as any file a program creates, though each was first a temp
+    file (which mkstemp makes 0o600)."""
+    files = [p for p in run.out.rglob("*") if p.is_file() and p.name != "step_summary.md"]
+    names = {p.relative_to(run.out).as_posix() for p in files}
+    assert {"report.json", "summary.md", "bmf.json", "gab.json", "gab.bigger.json",
+            "plots/busbw.png", "traces/test_counts.py__test_counts.trace.json",
+            "traces/test_counts.py__test_counts.ranks/rank0.trace.json",
+            "traces/test_counts.py__test_counts.ranks/rank1.trace.json"} <= names
+    modes = {p.relative_to(run.out).as_posix(): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {oct(0o644)}, modes
+
+
+def test_a_file_that_exists_keeps_its_mode(tmp_path: Path) -> None:
+    from pytest_distperf.files import write_atomically
+
+    path = tmp_path / "report.json"
+    path.write_text("old")
+    path.chmod(0o600)
+    write_atomically(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o600
 
 
 def test_a_large_trace_is_written_gzip_compressed(tmp_path: Path) -> None:
@@ -308,6 +479,29 @@ def test_a_large_trace_is_written_gzip_compressed(tmp_path: Path) -> None:
     assert large.stat().st_size < small.stat().st_size / 5
     assert large.stat().st_mode & 0o777 == _new_file_mode()
     assert rank_trace_dir(large) == rank_trace_dir(small).with_name("u.ranks")
+
+
+def test_a_compressed_trace_replaces_the_plain_one_and_fewer_ranks_drop_the_others(
+        tmp_path: Path) -> None:
+    from pytest_distperf.profiler import rank_trace_dir, remove_stale_traces, write_trace
+
+    trace = {"traceEvents": [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1}
+                             for i in range(200)]}
+    merged = tmp_path / "t.trace.json"
+    folder = rank_trace_dir(merged)
+    # an earlier run: plain JSON, four ranks
+    written = [write_trace(merged, trace)]
+    written += [write_trace(folder / f"rank{r}.trace.json", trace) for r in range(4)]
+    remove_stale_traces(written)
+    (folder / "rank0.trace.json.txt").write_text("not a trace this module names")
+    # this run: compressed, two ranks
+    written = [write_trace(merged, trace, gzip_above=100)]
+    written += [write_trace(folder / f"rank{r}.trace.json", trace, gzip_above=100)
+                for r in range(2)]
+    remove_stale_traces(written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.ranks", "t.trace.json.gz"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "rank0.trace.json.gz", "rank0.trace.json.txt", "rank1.trace.json.gz"]
 
 
 # -- the example CI workflow ---------------------------------------------------------------------
