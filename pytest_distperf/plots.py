@@ -198,6 +198,7 @@ def regressions_figure(regressed: Sequence[tuple[str, Verdict]]) -> Any:
                         textcoords="offset points", xytext=(0, 3), ha="center", fontsize=9)
         ax.set_ylim(0, max(values) * 1.25 if max(values) > 0 else 1)
         ax.set_title(f"{_wrap(v.metric)}\n{_short(nodeid)}  ({format_change(v)})", fontsize=9)
+        ax.set_ylabel(v.unit or "value", fontsize=9)
         ax.tick_params(axis="y", labelsize=8)
     return fig
 
