@@ -583,6 +583,10 @@ TORCHRUN_SUITE = textwrap.dedent("""
 
         dist_profiler.warmup = 0
         dist_profiler(work)
+
+    def test_pairs_and_measure(nccl_group):  # the other kinds of result, for the schema
+        nccl_group.bench_pairs("4KiB", warmup=1, iters=2)
+        nccl_group.measure("noop", lambda: None, warmup=0, iters=2)
 """)
 
 
@@ -605,7 +609,7 @@ def test_under_torchrun_only_rank_zero_writes_the_outputs(tmp_path: Path) -> Non
         env=dict(os.environ, OMP_NUM_THREADS="1", GITHUB_STEP_SUMMARY=str(summary)))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
-    assert output.count("2 passed") == 2, output  # both ranks ran the suite
+    assert output.count("3 passed") == 2, output  # both ranks ran the suite
     # one rank wrote, once each
     for line in ("distperf: JSON report written to", "distperf: Markdown summary written to",
                  "distperf: Bencher Metric Format export written to",
@@ -622,8 +626,10 @@ def test_under_torchrun_only_rank_zero_writes_the_outputs(tmp_path: Path) -> Non
         import jsonschema
 
         jsonschema.validate(data, jsonreport.load_schema(), cls=jsonschema.Draft202012Validator)
-    assert [r.nodeid for r in records] == ["test_torchrun_outputs.py::test_bench",
-                                           "test_torchrun_outputs.py::test_profiled"]
+    assert [r.nodeid.split("::")[1] for r in records] == [
+        "test_bench", "test_profiled", "test_pairs_and_measure"]
+    assert {type(m.result).__name__ for r in records for m in r.measurements} == {
+        "CollectiveResult", "ProfileReport", "PairMatrix", "MeasureResult"}
     assert json.loads((out / "bmf.json").read_text())
     assert json.loads((out / "gab.json").read_text())
     traces = out / "traces"

@@ -194,3 +194,63 @@ def test_records_become_plain_data() -> None:
     env = Environment("gloo", "cpu", "cpu", 0, 2, Version("2.13.0+cpu"), "")
     data = to_dict(env)
     assert data["torch_version"] == "2.13.0+cpu" and type(data["torch_version"]) is str
+
+
+def test_the_schema_lists_every_field_of_every_record_and_no_other() -> None:
+    """Each object of the report is a record dataclass (or the test entry and the result
+    entry of record_to_dict): the schema requires every field it writes and refuses any
+    other, so a field added to a record and not to the schema fails here, not in a user's
+    validation."""
+    import dataclasses
+    import typing
+
+    from pytest_distperf import records
+
+    schema = jsonreport.load_schema()
+    defs = schema["$defs"]
+    names = {records.Environment: "environment", records.Metric: "metric",
+             records.Verdict: "verdict", records.Bottleneck: "bottleneck",
+             records.CommCount: "comm_count"}
+    seen: set[str] = set()
+    todo: list[type] = [records.Environment, records.Metric, records.Verdict,
+                        *records.RESULT_TYPES.values()]
+    while todo:
+        cls = todo.pop()
+        name = names.get(cls, cls.__name__)
+        if name in seen:
+            continue
+        seen.add(name)
+        fields = [f.name for f in dataclasses.fields(cls) if not f.metadata.get("transient")]
+        if cls is records.Environment:
+            fields.insert(0, "key")
+        spec = defs[name]
+        assert list(spec["properties"]) == fields, name
+        assert spec["required"] == fields and spec["additionalProperties"] is False, name
+        hints = typing.get_type_hints(cls)
+        todo += [t for f in dataclasses.fields(cls) for t in _dataclasses_in(hints[f.name])]
+    assert {k for k, v in defs.items() if v.get("type") == "object"} == seen | {"test", "result"}
+    entry = records.record_to_dict(SNAPSHOT_RECORDS[0])
+    for name, data in (("test", entry), ("result", entry["results"][0])):
+        assert defs[name]["required"] == list(data) == list(defs[name]["properties"])
+        assert defs[name]["additionalProperties"] is False
+    document = jsonreport.document(SNAPSHOT_RECORDS, header="h", environments=[CPU])
+    assert set(document) <= set(schema["properties"]) and schema["additionalProperties"] is False
+
+
+def _dataclasses_in(tp: object) -> list[type]:
+    import dataclasses
+    import typing
+
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return [tp]
+    return [d for arg in typing.get_args(tp) for d in _dataclasses_in(arg)]
+
+
+def test_the_schema_refuses_a_field_it_does_not_know() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    document = jsonreport.document(SNAPSHOT_RECORDS, header="h", environments=[CPU])
+    schema = jsonreport.load_schema()
+    jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
+    document["tests"][0]["metrics"][0]["surprise"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="surprise"):
+        jsonschema.validate(document, schema, cls=jsonschema.Draft202012Validator)
