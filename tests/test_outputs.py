@@ -7,6 +7,8 @@ straggler, a weak-scaling sweep and a profiled call whose all_reduce count is th
 compared with a baseline.  That baseline is saved first with one all_reduce per call; the run
 makes three, an exact regression (1 -> 3 calls) that no noise can hide or fake.  Every other
 figure has no baseline and limits too wide to breach, so the outcome is always the same.
+Beside it: extra.py (-q and a test that raises, run on their own), a run under torchrun
+(only rank 0 writes) and the example CI workflow checked against the plugin's options.
 """
 
 from __future__ import annotations
