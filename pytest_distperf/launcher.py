@@ -301,10 +301,9 @@ class RankPool:
         """Replies from ``ranks`` in rank order, or a RankError/RankTimeout (pool killed)."""
         __tracebackhide__ = True
         results: dict[int, Any] = {}
-        errors: dict[int, str] = {}
-        dead: dict[int, str] = {}
+        failures: dict[int, str] = {}  # what each rank that raised or died said, as it came in
         pending = set(ranks)
-        ended = False  # a rank said it can serve no more calls
+        ended = False  # a rank died, or said it can serve no more calls
         start = time.monotonic()
         deadline = start + timeout_s
         by_conn = {id(self._conns[r]): r for r in ranks}
@@ -330,7 +329,8 @@ class RankPool:
                     code = self._procs[rank].exitcode
                     self._procs[rank].join(timeout=1.0)
                     code = self._procs[rank].exitcode if code is None else code
-                    dead[rank] = f"rank {rank} died (exit code {code}) during {label}"
+                    failures[rank] = f"rank {rank} died (exit code {code}) during {label}"
+                    ended = True
                     pending.discard(rank)
                     deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
                     continue
@@ -341,44 +341,44 @@ class RankPool:
                 elif reply[0] == "ok":
                     results[rank] = reply[2]
                 else:
-                    errors[rank] = f"rank {rank} raised {reply[2]}\n{reply[3]}".rstrip()
+                    failures[rank] = f"rank {rank} raised {reply[2]}\n{reply[3]}".rstrip()
                     deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
                     ended |= reply[4:5] == (worker.FATAL,)
                 pending.discard(rank)
         output = self._logs.take(ranks) if self._logs is not None else ""
-        if not pending and not errors and not dead:
+        if not pending and not failures:
             return [results[r] for r in ranks]
-        self._fail(label, errors, dead, sorted(pending), output, time.monotonic() - start,
+        self._fail(label, failures, sorted(pending), output, time.monotonic() - start,
                    timeout_s, ended=ended)
 
-    def _fail(self, label: str, errors: dict[int, str], dead: dict[int, str], stuck: list[int],
-              output: str, waited: float, timeout_s: float, *, ended: bool = False) -> NoReturn:
+    def _fail(self, label: str, failures: dict[int, str], stuck: list[int], output: str,
+              waited: float, timeout_s: float, *, ended: bool = False) -> NoReturn:
         """Raise what went wrong in a call: RankTimeout when ranks only got stuck, RankError
-        otherwise; a pool with stuck or dead ranks, or ranks that ended themselves
-        (``ended``: their process group is gone), is killed first."""
+        otherwise.
+
+        ``failures`` holds what each rank that raised or died said, in the order it came in.
+        The report gives the root cause first (the ranks that raised or died, the first one
+        first), then the ranks that did not finish, with what they were doing, then the
+        errors of the ranks that only lost a peer (:func:`is_secondary`).  A pool with stuck
+        ranks, or with ranks that ended (``ended``: they died, or their group is gone), is
+        killed first."""
         __tracebackhide__ = True
-        parts: list[str] = []
-        failed = tuple(sorted(set(errors) | set(dead) | set(stuck)))
-        # the root cause first: a rank that raised or died, then the ranks that failed because
-        # they lost it as a peer
-        secondary = [r for r in sorted(errors) if is_secondary(errors[r])]
-        parts += [errors[r] for r in sorted(errors) if r not in secondary]
-        parts += [dead[r] for r in sorted(dead)]
-        parts += [errors[r] for r in secondary]
+        parts = [text for text in failures.values() if not is_secondary(text)]
         if stuck:
-            why = ("after another rank failed" if (errors or dead)
+            why = ("after another rank failed" if failures
                    else f"within the timeout of {timeout_s:g} s")
-            parts.insert(0, f"{label}: rank(s) {', '.join(map(str, stuck))} did not finish "
-                            f"{why} (waited {waited:.1f} s)")
-            for rank in stuck:
-                parts.append(self._describe_stuck(rank))
+            parts.append(f"{label}: rank(s) {', '.join(map(str, stuck))} did not finish "
+                         f"{why} (waited {waited:.1f} s)")
+            parts += [self._describe_stuck(rank) for rank in stuck]
+        parts += [text for text in failures.values() if is_secondary(text)]
         if output:
             parts.append(output)
         message = "\n\n".join(parts)
-        if stuck or dead or ended:
+        if stuck or ended:
             self.close()  # the group is in an unknown state: the next call respawns it
             message += "\n\n(the rank pool was killed; the next call starts a fresh one)"
-        if stuck and not errors and not dead:
+        failed = tuple(sorted(set(failures) | set(stuck)))
+        if stuck and not failures:
             raise RankTimeout(message, failed)
         raise RankError(message, failed)
 

@@ -131,20 +131,21 @@ class Fault:
     name: str                # as the reliability table names it
     fn: Callable[[], Any]    # runs on every rank
     error: str               # "RankError", "RankTimeout" or "" (the call succeeds)
-    says: str                # a regular expression the error must match
+    says: str                # a regular expression the error must match (\A: begin with)
     respawn: bool            # the pool must be killed and started afresh
     timeout_s: float = 60.0
 
 
 FAULTS = [
     Fault("a rank raises", raises, "RankError",
-          r"rank 1 raised KeyError: 'only rank one is broken'", respawn=True),
+          r"\Arank 1 raised KeyError: 'only rank one is broken'(.|\n)*rank\(s\) 0 did not "
+          r"finish after another rank failed", respawn=True),
     Fault("a rank exits (os._exit)", exits, "RankError",
-          r"rank 1 died \(exit code 3\)", respawn=True),
+          r"\Arank 1 died \(exit code 3\)", respawn=True),
     Fault("a rank segfaults", segfaults, "RankError",
-          r"rank 1 died \(exit code -11\)", respawn=True),
+          r"\Arank 1 died \(exit code -11\)", respawn=True),
     Fault("a rank is killed (SIGKILL)", is_killed, "RankError",
-          r"rank 1 died \(exit code -9\)", respawn=True),
+          r"\Arank 1 died \(exit code -9\)", respawn=True),
     Fault("a hang in a collective", skips_a_collective, "RankTimeout",
           r"rank\(s\) 0 did not finish within the timeout.*\n(.|\n)*rank 0 was busy with: "
           r"run\(skips_a_collective\)", respawn=True, timeout_s=HANG_TIMEOUT_S),

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from fault_cases import start_held_run, wait_gone
 
+from pytest_distperf.launcher import RankError, RankPool, RankTimeout, is_secondary
+
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 BASE = ("-p", "no:cacheprovider", "--distperf", "--gpus", "2")
@@ -54,12 +56,23 @@ def test_helper_imported_next_to_the_test(nccl_group):
 def test_rank_output_is_forwarded(nccl_group):
     nccl_group.run(lambda: print(f"hello from rank {dist.get_rank()}", flush=True))
 
+def _when_rank_0_waits(then):
+    """Rank 0 enters an all-reduce; rank 1 waits until it has, then does ``then()``."""
+    flag = os.path.join(OUT, f"waiting-{then.__name__}")
+    if dist.get_rank() == 0:
+        open(flag, "w").close()
+        dist.all_reduce(torch.ones(1))
+        return "finished"
+    deadline = time.monotonic() + 30
+    while not os.path.exists(flag) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # rank 0 is in the all-reduce now
+    then()
+
 def test_raising_rank(nccl_group):
     def fails_on_one():
-        if dist.get_rank() == 1:
-            raise KeyError("only rank one is broken")
-        return "fine"
-    nccl_group.run(fails_on_one)
+        raise KeyError("only rank one is broken")
+    nccl_group.run(_when_rank_0_waits, fails_on_one)
 
 def test_pool_still_works_after_a_raise(nccl_group):
     assert nccl_group.run(rank_and_sum, 1)[1] == (1, 2, 3.0)
@@ -76,11 +89,9 @@ def test_a_result_the_controller_cannot_read(nccl_group):
     nccl_group.run(Unreadable)
 
 def test_a_rank_dies_while_the_other_waits_for_it(nccl_group):
-    def dies_on_one():
-        if dist.get_rank() == 1:
-            os._exit(3)
-        dist.all_reduce(torch.ones(1))  # rank 0 loses its peer here
-    nccl_group.run(dies_on_one)
+    def dies():
+        os._exit(3)
+    nccl_group.run(_when_rank_0_waits, dies)  # rank 0 loses its peer in the all-reduce
 
 THREADS = []
 
@@ -170,6 +181,76 @@ def test_listeners_and_pids(nccl_group):
 '''
 
 
+#: What gloo says on a rank whose peer went away (torch 2.13), and errors of a rank's own.
+LOST_PEER = ("rank 0 raised RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+             "tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:5541. This is typically "
+             "caused by a remote worker crashing. Check the logs of the remote worker before "
+             "reporting an error. GLHF!\nTraceback (most recent call last):")
+OWN_ERROR = ("rank 1 raised KeyError: 'only rank one is broken'\nTraceback (most recent call "
+             "last):\n  File \"test_x.py\", line 3, in f\n    print('Connection closed by peer')")
+
+
+def test_is_secondary() -> None:
+    assert is_secondary(LOST_PEER)
+    assert is_secondary("rank 1 raised RuntimeError: [pair.cc:589] Read error [127.0.0.1]:"
+                        "5: Connection reset by peer")
+    assert is_secondary("rank 0 raised DistBackendError: NCCL communicator was aborted on "
+                        "rank 0.")
+    assert not is_secondary(OWN_ERROR)  # the marker below the first line does not count
+    assert not is_secondary("rank 1 died (exit code 3) during run(f)")
+    assert not is_secondary("")
+
+
+def _report(failures: dict[int, str], stuck: list[int],
+            monkeypatch: pytest.MonkeyPatch) -> RankError:
+    """What RankPool._fail raises for these failures (no ranks: the stuck ones are
+    described by a stand-in)."""
+    pool = RankPool(3, "gloo")
+    monkeypatch.setattr(pool, "_describe_stuck",
+                        lambda rank: f"rank {rank} was busy with: run(f)")
+    with pytest.raises(RankError) as info:
+        pool._fail("run(f)", failures, stuck, "[rank 1] printed", 3.2, 60.0)
+    return info.value
+
+
+def _order(text: str, *parts: str) -> list[int]:
+    return [text.index(part) for part in parts]
+
+
+def test_the_root_cause_is_listed_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # rank 1 raised while rank 0 waited for it in a collective: rank 0 never finished
+    text = str(_report({1: OWN_ERROR}, [0], monkeypatch))
+    assert text.startswith("rank 1 raised KeyError: 'only rank one is broken'"), text
+    order = _order(text, "rank 1 raised", "rank(s) 0 did not finish after another rank "
+                   "failed (waited 3.2 s)", "rank 0 was busy with", "[rank 1] printed",
+                   "(the rank pool was killed")
+    assert order == sorted(order), text
+    # the peer's lost connection came in first; rank 1's death is still the root cause
+    error = _report({0: LOST_PEER, 1: "rank 1 died (exit code 3) during run(f)"}, [],
+                    monkeypatch)
+    assert str(error).startswith("rank 1 died (exit code 3)"), str(error)
+    assert error.failed_ranks == (0, 1) and type(error) is RankError
+    # the first rank to fail comes first: rank 2 died, then rank 0 raised on its own;
+    # rank 1 got stuck and is listed before the errors of lost peers
+    text = str(_report({2: "rank 2 died (exit code -9) during run(f)",
+                        0: "rank 0 raised ValueError: bad input\nTraceback",
+                        1: LOST_PEER.replace("rank 0", "rank 1")}, [], monkeypatch))
+    order = _order(text, "rank 2 died", "rank 0 raised ValueError", "rank 1 raised Runtime")
+    assert order == sorted(order), text
+    text = str(_report({2: "rank 2 died (exit code -9) during run(f)", 0: LOST_PEER}, [1],
+                       monkeypatch))
+    order = _order(text, "rank 2 died", "rank(s) 1 did not finish", "rank 1 was busy with",
+                   "rank 0 raised RuntimeError")
+    assert order == sorted(order), text
+
+
+def test_a_timeout_alone_is_a_rank_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    error = _report({}, [0, 1], monkeypatch)
+    assert type(error) is RankTimeout and error.failed_ranks == (0, 1)
+    assert str(error).startswith("run(f): rank(s) 0, 1 did not finish within the timeout of "
+                                 "60 s (waited 3.2 s)")
+
+
 def _listening_sockets(pids: list[int]) -> list[str]:
     """Local addresses of the TCP listeners owned by ``pids`` (from /proc)."""
     inodes: set[str] = set()
@@ -220,11 +301,18 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])
     text = result.stdout.str()
-    # a raising rank: the rank number and its traceback, pointing at the user's line
-    assert "rank 1 raised KeyError: 'only rank one is broken'" in text
-    assert 'raise KeyError("only rank one is broken")' in text
-    rank_traceback = text.split("rank 1 raised KeyError")[1].split(": RankError")[0]
+    # a rank raises while the other waits for it in a collective: the root cause first (the
+    # rank number and its traceback, pointing at the user's line), then the rank that got
+    # stuck, with its stack
+    raised = text.split("_ test_raising_rank _")[1]
+    assert "RankError: rank 1 raised KeyError: 'only rank one is broken'" in raised
+    assert 'raise KeyError("only rank one is broken")' in raised
+    rank_traceback = raised.split("rank 1 raised KeyError")[1].split("did not finish")[0]
     assert "fails_on_one" in rank_traceback and "worker.py" not in rank_traceback
+    order = [raised.index(part) for part in (
+        "rank 1 raised KeyError", "run(_when_rank_0_waits): rank(s) 0 did not finish after "
+        "another rank failed", "rank 0 was busy with: run(_when_rank_0_waits)", "in all_reduce")]
+    assert order == sorted(order), raised
     # a hang: the rank that did not finish, what it was doing, its Python stack
     result.stdout.fnmatch_lines([
         "*run(test_hanging_rank.<locals>.hangs_on_one): rank(s) 1 did not finish within the "
@@ -233,11 +321,13 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
         "*in hangs_on_one*",
         "*the rank pool was killed; the next call starts a fresh one*",
     ])
-    # the root cause comes first: the rank that died, then the one that lost it as a peer
+    # a rank dies while the other waits for it: the death first, then gloo's error on the
+    # rank that lost it as a peer
     died = text.split("_ test_a_rank_dies_while_the_other_waits_for_it _")[1]
-    assert "rank 1 died (exit code 3)" in died
-    if "rank 0 raised" in died:
-        assert died.index("rank 1 died (exit code 3)") < died.index("rank 0 raised")
+    assert "RankError: rank 1 died (exit code 3) during run(_when_rank_0_waits)" in died
+    lost = died.index("rank 0 raised RuntimeError: [")
+    assert died.index("rank 1 died (exit code 3)") < lost
+    assert "Connection closed by peer" in died[lost:].split("\n", 1)[0]
     # a result that cannot be unpickled here fails at once (not after the timeout), saying so
     result.stdout.fnmatch_lines([
         "*rank 0 raised its result could not be unpickled in the controller (ValueError: not "
