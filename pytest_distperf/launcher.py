@@ -423,8 +423,19 @@ class RankPool:
         return os.path.join(self._tmp, f"rank{rank}.stacks")
 
 
+#: What follows a destroyed group under torchrun: the group is the job's, built once.
+TORCHRUN_DESTROYED = ("torchrun's group cannot be rebuilt inside the job, so this test and "
+                      "every later test of this run fail")
+
+
 class TorchrunEngine:
-    """The group torchrun built: ``fn`` runs on this rank, results are all-gathered."""
+    """The group torchrun built: ``fn`` runs on this rank, results are all-gathered.
+
+    As in the pool, what a call changes in this process (working directory, environment,
+    torch's thread count) is put back after it.  A call that destroys the group fails its
+    test, and every later call fails at once with the reason: torchrun's group cannot be
+    rebuilt inside the job.
+    """
 
     mode = "torchrun"
 
@@ -448,6 +459,8 @@ class TorchrunEngine:
         torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
         self._subgroups: dict[int, Any] = {self.world_size: None}
         self._info: list[dict[str, Any]] | None = None
+        #: Why this rank can run no more calls (its group was destroyed); '' while it can.
+        self._broken = ""
 
     def execute(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
@@ -456,18 +469,29 @@ class TorchrunEngine:
         __tracebackhide__ = True
         import torch.distributed as dist
 
+        if self._broken:
+            raise RankError(f"{label} was not run: an earlier call broke the group of this "
+                            f"rank: {self._broken}", (self.rank,))
         if size not in self._subgroups:
             self._subgroups[size] = dist.new_group(list(range(size)))
         reply: tuple[Any, ...] = ("skip",)
         if self.rank < size:
             worker.set_phase(label)
             try:
-                with worker.as_default_group(self._subgroups[size]):
-                    reply = ("ok", fn(*args, **kwargs))
+                reply = ("ok", worker.run_here(fn, args, kwargs, self._subgroups[size]))
             except Exception as exc:  # every rank must still reach the gather below
                 reply = ("err", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self._broken = worker.destroyed(self.rank, TORCHRUN_DESTROYED)
+            if self._broken:  # this rank cannot reach the gather
+                raise RankError(self._broken, (self.rank,))
         gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, reply)
+        try:
+            dist.all_gather_object(gathered, reply)
+        except Exception as exc:  # another rank destroyed its group, or died
+            self._broken = (f"RuntimeError: gathering the results failed on rank {self.rank} "
+                            f"({type(exc).__name__}: {exc}); another rank destroyed the "
+                            f"process group or died, and {TORCHRUN_DESTROYED}")
+            raise RankError(self._broken, (self.rank,)) from None
         errors = [(r, g) for r, g in enumerate(gathered[:size]) if g[0] == "err"]
         if errors:
             raise RankError(

@@ -429,6 +429,7 @@ def test_usage_error_from_ini(pytester: pytest.Pytester) -> None:
 TORCHRUN_TESTS = r'''
 import os
 import pytest
+import torch
 import torch.distributed as dist
 
 def test_run_gathers_from_every_rank(nccl_group):
@@ -449,6 +450,31 @@ def test_rank_error_reaches_every_rank(nccl_group):
 
 def test_measure_records_on_rank_zero_only(nccl_group):
     nccl_group.measure("tiny", lambda: None, iters=3)
+
+THREADS = []
+
+def test_a_call_that_changes_the_rank_process(nccl_group):
+    def meddle():
+        THREADS.append(torch.get_num_threads())
+        os.chdir("/")
+        os.environ["DISTPERF_MEDDLED"] = "1"
+        torch.set_num_threads(THREADS[0] + 5)
+        return os.getcwd()
+    assert nccl_group.run(meddle) == ["/", "/"]
+
+def test_the_next_call_gets_the_rank_process_as_it_was(nccl_group):
+    def state():
+        return os.getcwd() != "/", "DISTPERF_MEDDLED" in os.environ, torch.get_num_threads()
+    assert nccl_group.run(state) == [(True, False, THREADS[0])] * 2
+
+# the last tests of the file: nothing runs on the group after them
+def test_code_that_destroys_the_group(nccl_group):
+    def cleanup():  # what many DDP examples end with
+        dist.destroy_process_group()
+    nccl_group.run(cleanup)
+
+def test_every_later_call_fails_at_once(nccl_group):
+    nccl_group.run(os.getpid)
 '''
 
 
@@ -462,8 +488,19 @@ def test_torchrun_mode(pytester: pytest.Pytester) -> None:
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
-    assert output.count("4 passed") == 2, output  # both ranks ran the whole file
+    assert proc.returncode != 0, output
+    assert output.count("2 failed, 6 passed") == 2, output  # both ranks ran the whole file
+    # what a call changed in the process (the rank's pytest itself) was put back after it
+    assert output.count("PASSED test_under_torchrun.py::test_the_next_call_gets_the_rank_"
+                        "process_as_it_was") == 2, output
+    # code that destroys torchrun's group fails its test, saying so; later calls fail at once
+    # with the reason (not "Default process group has not been initialized", not a hang)
+    for rank in (0, 1):
+        assert (f"RankError: RuntimeError: the process group was destroyed on rank {rank} "
+                "(dist.destroy_process_group() in the code this test ran") in output, output
+    assert output.count("RankError: run(getpid) was not run: an earlier call broke the group "
+                        "of this rank: RuntimeError: the process group was destroyed") == 2, output
+    assert "has not been initialized" not in output, output
     assert output.count("distperf: 2 ranks, backend gloo") == 2
     assert "pool: torchrun's group (this is rank 0 of 2)" in output
     assert "pool: torchrun's group (this is rank 1 of 2)" in output

@@ -79,7 +79,8 @@ def as_default_group(group: Any) -> Iterator[None]:
     try:
         yield
     finally:
-        c10d._world.default_pg = previous
+        if c10d._world.default_pg is group:  # None after a dist.destroy_process_group()
+            c10d._world.default_pg = previous
 
 
 def main(
@@ -175,12 +176,11 @@ def _serve(conn: Any, rank: int, world_size: int) -> None:
                 sys.path[:] = sys_path
             set_phase(label)
             reply = _guarded(call_id, functools.partial(_call, payload, subgroups, size))
-            if not dist.is_initialized():
-                # The code called dist.destroy_process_group() (the cleanup() of many DDP
-                # examples): this rank can serve no more calls.  Say so, and end: the
-                # controller starts a new pool for the next call.
-                reply = ("err", call_id, DESTROYED.format(rank=rank), "", FATAL)
-                _send(conn, reply, rank)
+            gone = destroyed(rank, "the ranks are restarted for the next test")
+            if gone:
+                # This rank can serve no more calls.  Say so, and end: the controller starts
+                # a new pool for the next call.
+                _send(conn, ("err", call_id, gone, "", FATAL), rank)
                 break
         set_phase("idle")
         _send(conn, reply, rank)
@@ -195,8 +195,16 @@ FATAL = "fatal"
 DESTROYED = ("RuntimeError: the process group was destroyed on rank {rank} "
              "(dist.destroy_process_group() in "
              "the code this test ran, such as a DDP example's cleanup()?): distperf owns the "
-             "group, so leave that call out of code run through it; the ranks are restarted "
-             "for the next test")
+             "group, so leave that call out of code run through it; {then}")
+
+
+def destroyed(rank: int, then: str) -> str:
+    """What this rank says when the code it ran called ``dist.destroy_process_group()``
+    (the cleanup() of many DDP examples), ending with ``then`` (what happens next); '' while
+    the group lives."""
+    import torch.distributed as dist
+
+    return "" if dist.is_initialized() else DESTROYED.format(rank=rank, then=then)
 
 
 def _send(conn: Any, reply: tuple[Any, ...], rank: int) -> None:
@@ -216,12 +224,18 @@ def _send(conn: Any, reply: tuple[Any, ...], rank: int) -> None:
 
 def _call(payload: bytes, subgroups: dict[int, Any], size: int) -> Any:
     fn, args, kwargs = cloudpickle.loads(payload)
-    with as_default_group(subgroups[size]), _process_state_kept():
+    return run_here(fn, args, kwargs, subgroups[size])
+
+
+def run_here(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], group: Any) -> Any:
+    """Run a call's function in this process (a pool's rank, or a torchrun rank): with
+    ``group`` as the default group, and this process's state put back afterwards."""
+    with as_default_group(group), process_state_kept():
         return fn(*args, **kwargs)
 
 
 @contextlib.contextmanager
-def _process_state_kept() -> Iterator[None]:
+def process_state_kept() -> Iterator[None]:
     """Put back what a call changed in this rank process that later calls would inherit:
     the working directory, the environment and torch's intra-op thread count (which
     silently changes every later measurement)."""
