@@ -194,6 +194,7 @@ class RankPool:
             self._procs.append(proc)
             self._conns.append(parent_conn)
             self._phases.append(phase)
+        leftovers.sign_ranks(self._tmp, self.pids())
         try:
             replies = self._gather(list(range(self.world_size)), None, self.startup_timeout_s,
                                    "start-up")
@@ -203,7 +204,10 @@ class RankPool:
         self._info = [reply for reply in replies]
 
     def close(self) -> None:
-        """Kill every rank and release the store; safe to call twice."""
+        """Kill every rank and what the ranks started, and release the store; safe to call
+        twice."""
+        # what runs below the ranks now (it is reparented when they end)
+        below = leftovers.started_by(leftovers.ranks_of(self._tmp)) if self._tmp else {}
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.send_bytes(cloudpickle.dumps(("stop",)))
@@ -227,7 +231,7 @@ class RankPool:
             self._sock = None
         if self._tmp is not None:
             # what the ranks' code started (a data loader's workers, a server, a subprocess)
-            leftovers.kill_marked(self._tmp)
+            leftovers.kill_leftovers(self._tmp, also=below)
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
             self._logs = None

@@ -2,13 +2,21 @@
 the ranks' code started.
 
 A pool lives in a folder ``distperf-pool-*`` in the temporary directory (rank logs, stack
-dumps) with a file ``owner`` naming the controller (pid and start time).  Every rank process,
-and so every process that a rank's code starts, carries ``DISTPERF_POOL=<that folder>`` in
-its environment.  That marker is how the processes a test started on a rank are found and
-killed when the pool closes, even those that left the rank's process group.  A controller
-killed with ``SIGKILL`` cannot clear anything: its ranks die with it (``PR_SET_PDEATHSIG``),
-and the next pool started on the machine removes the folder and kills what still carries its
-marker.
+dumps) with a file ``owner`` naming the controller (pid and start time) and a file ``ranks``
+naming its rank processes the same way.  The processes a test started on a rank are found in
+three ways, so that one that escapes one way is caught by another:
+
+* the marker: every rank process, and so every process that a rank's code starts, carries
+  ``DISTPERF_POOL=<that folder>`` in its environment, unless it was started with an
+  environment of its own (``env={}``);
+* the session: every rank leads a session of its own, and what it starts stays in that
+  session unless it calls ``setsid`` (``start_new_session=True``);
+* the parent chain: what runs below a rank that is still alive.
+
+They are killed when the pool closes.  A controller killed with ``SIGKILL`` cannot clear
+anything: its ranks die with it (``PR_SET_PDEATHSIG``), and the next pool started on the
+machine removes the folder and kills what still carries its marker or runs in the session of
+one of its ranks.
 
 Linux reads processes through ``/proc``; elsewhere only the folders are cleared.
 """
@@ -26,6 +34,8 @@ from pathlib import Path
 POOL_PREFIX = "distperf-pool-"
 #: The environment variable that marks the rank processes of a pool, and their children.
 MARKER = "DISTPERF_POOL"
+#: The file in a pool's folder that names its rank processes (a pid and start time a line).
+RANKS_FILE = "ranks"
 #: A folder without an owner file (an older version's, or one whose start was cut short) is
 #: cleared once it is this old.
 ORPHAN_AGE_S = 3600.0
@@ -87,7 +97,7 @@ def clear_stale(tmp: str | None = None) -> list[str]:
             except (ValueError, IndexError):
                 stale = True
         if stale:
-            kill_marked(str(folder))
+            kill_leftovers(str(folder))
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))
     return removed
@@ -111,9 +121,83 @@ def marked(pool_dir: str) -> list[int]:
     return found
 
 
-def kill_marked(pool_dir: str) -> list[int]:
-    """SIGKILL every process that carries ``pool_dir``'s marker; their pids."""
-    pids = [pid for pid in marked(pool_dir) if pid != os.getpid()]
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """Every process: its pid, and its parent's pid, session id and start time (Linux; {}
+    elsewhere)."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                found[int(entry.name)] = (int(fields[1]), int(fields[3]), fields[19])
+            except (OSError, IndexError, ValueError):  # gone, or not readable
+                continue
+    return found
+
+
+def sign_ranks(pool_dir: str, pids: list[int]) -> None:
+    """Write down the pool's rank processes: what they start is found through them, even
+    after the controller is gone."""
+    Path(pool_dir, RANKS_FILE).write_text("".join(f"{pid} {_start_time(pid)}\n"
+                                                  for pid in pids))
+
+
+def ranks_of(pool_dir: str) -> dict[int, str]:
+    """The rank processes :func:`sign_ranks` wrote down: pid, start time."""
+    ranks = {}
+    with contextlib.suppress(OSError):
+        for line in Path(pool_dir, RANKS_FILE).read_text().splitlines():
+            pid, _, start = line.partition(" ")
+            if pid.isdigit():
+                ranks[int(pid)] = start.strip()
+    return ranks
+
+
+def started_by(ranks: dict[int, str]) -> dict[int, str]:
+    """The processes that ``ranks`` (pid: start time) started, pid: start time: those in a
+    rank's session (begun after the rank, while the session's leader is that rank or gone)
+    and those below a rank that still runs."""
+    table = _processes()
+
+    def is_rank(pid: int) -> bool:
+        return pid in ranks and (not ranks[pid] or table[pid][2] == ranks[pid])
+
+    def later(start: str, rank_start: str) -> bool:
+        return not (start.isdigit() and rank_start.isdigit()) or int(start) >= int(rank_start)
+
+    def below_a_rank(pid: int) -> bool:
+        parent = table[pid][0]
+        for _ in range(len(table)):  # up the parent chain
+            if parent not in table:
+                return False
+            if is_rank(parent):
+                return True
+            parent = table[parent][0]
+        return False
+
+    found = {}
+    for pid, (_, sid, start) in table.items():
+        if pid in ranks:
+            continue
+        in_session = (sid in ranks and later(start, ranks[sid])
+                      and (sid not in table or is_rank(sid)))
+        if in_session or below_a_rank(pid):
+            found[pid] = start
+    return found
+
+
+def kill_leftovers(pool_dir: str, also: dict[int, str] | None = None) -> list[int]:
+    """SIGKILL what the ranks of ``pool_dir``'s pool started: every process that carries its
+    marker or runs in the session of one of its ranks (see :func:`started_by`), and the
+    processes of ``also`` (pid: start time, found earlier) that still run; their pids."""
+    doomed = dict(started_by(ranks_of(pool_dir)))
+    doomed.update({pid: start for pid, start in (also or {}).items()
+                   if _start_time(pid) == start})
+    doomed.update({pid: "" for pid in marked(pool_dir)})
+    pids = sorted(pid for pid in doomed if pid != os.getpid())
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)

@@ -106,6 +106,17 @@ def starts_a_process() -> int:
     return child.pid
 
 
+def starts_a_hidden_process(new_session: bool = False) -> int:
+    """Starts a process with an environment of its own (so without the pool's marker), in
+    the rank's session or in one of its own, and leaves it running: the pool must kill it
+    when it closes."""
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env={},
+                             start_new_session=new_session)
+    return child.pid
+
+
 def floods(megabytes: int) -> int:
     """Prints ``megabytes`` MB, then waits (up to 60 s) for the controller to cap the log;
     the log's size when it did (or after 60 s)."""
@@ -183,15 +194,15 @@ def alive(pid: int) -> bool:
     return False
 
 
-#: A test that reports its pids, its ranks' pool folder and a process its ranks started, then
+#: A test that reports its pids, its ranks' pool folder and processes its ranks started, then
 #: holds the group for DISTPERF_TEST_HOLD seconds: the controller is signalled meanwhile.
 HELD_TEST = r'''
 import json, os, time
-from fault_cases import starts_a_process
+from fault_cases import starts_a_hidden_process, starts_a_process
 
 def test_hold_the_group(nccl_group):
     pids = nccl_group.run(os.getpid)
-    started = nccl_group.run(starts_a_process)
+    started = nccl_group.run(starts_a_process) + nccl_group.run(starts_a_hidden_process)
     folder = nccl_group.run(lambda: os.environ["DISTPERF_POOL"])[0]
     out = os.environ["DISTPERF_TEST_OUT"]
     with open(os.path.join(out, "pids.json.tmp"), "w") as f:

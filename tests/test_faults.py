@@ -28,6 +28,7 @@ from fault_cases import (
     alive,
     floods,
     start_held_run,
+    starts_a_hidden_process,
     starts_a_process,
     wait_gone,
 )
@@ -86,7 +87,10 @@ def test_fault(pool: RankPool, fault: Fault) -> None:
 def test_processes_started_by_a_rank_end_with_the_pool() -> None:
     pool = RankPool(2, "gloo", timeout_s=60)
     try:
-        started = call(pool, starts_a_process)
+        # in a session of their own (found by the marker), with an environment of their own
+        # (found in the rank's session), and both (found below the rank)
+        started = call(pool, starts_a_process) + call(pool, starts_a_hidden_process)
+        started += pool.execute(starts_a_hidden_process, (True,), {}, 2, "run(both)")
         folder = pool.folder
         assert all(alive(p) for p in started)
     finally:

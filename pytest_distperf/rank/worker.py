@@ -102,8 +102,11 @@ def main(
     global _phase_buffer
     _phase_buffer = phase_buffer
     _die_with_parent(parent_pid)
-    # Processes this rank's code starts inherit the marker: the controller kills them with
-    # the pool (pytest_distperf/leftovers.py).
+    # Processes this rank's code starts inherit the marker and stay in this rank's session:
+    # the controller finds them so, and kills them with the pool
+    # (pytest_distperf/leftovers.py).
+    with contextlib.suppress(OSError):
+        os.setsid()
     os.environ[MARKER] = os.path.dirname(log_file)
     # What a rank prints goes to its own log; the controller forwards it to the test's output.
     log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
