@@ -9,7 +9,10 @@ save change nothing on disk.
 
 Derandomized, so CI sees the same examples on every run; ``DISTPERF_FUZZ_SCALE=20`` runs
 twenty times as many (derandomized as well).  Pure, except the end-to-end checks at the
-bottom, which run pytest in-process through pytester (no ranks are started).
+bottom, which run pytest in-process through pytester (no ranks are started).  Those runs are
+given every output option and a baseline file as well: a refused run leaves the folder as it
+was (the same files and folders, the same SHA-256), and a run that goes ahead writes whole
+reports and leaves the baseline file as it was.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 import decimal
 import fractions
 import hashlib
+import json
 import math
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -545,6 +550,38 @@ def test_deep_nesting_is_read_and_saved_or_refused_clearly(
 # -- end to end: pytest itself, in-process (no ranks) -------------------------------------
 FLAGS = ("--gpus", "--distperf-backend", "--distperf-timeout", "--distperf-tolerance",
          "--distperf-exact-tolerance")
+#: Where each end-to-end run is told to write (before the input under test, which wins where
+#: it names the same option), so that a bad input is seen to write none of it.
+OUTPUTS = ("--distperf-save", "--distperf-baselines=perf_baselines",
+           "--distperf-json=out/report.json", "--distperf-markdown=out/report.md",
+           "--distperf-trace=out/traces")
+
+
+def on_disk(folder: Path) -> dict[str, str]:
+    """Every file and folder under ``folder`` with the SHA-256 of its bytes ("folder" for a
+    folder), leaving out what pytest and other plugins write (``__pycache__``,
+    ``.pytest_cache``, pytest-benchmark's ``.benchmarks``)."""
+    return {str(p.relative_to(folder)): "folder" if p.is_dir() else
+            hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*"))
+            if not {"__pycache__", ".pytest_cache", ".benchmarks"} & set(
+                p.relative_to(folder).parts)}
+
+
+def with_a_baseline(pytester: pytest.Pytester, module: str) -> None:
+    """A baseline file for ``module`` in ``perf_baselines``, as a saved run leaves it."""
+    save(pytester.path / "perf_baselines" / f"{module}.toml", "test_x", CPU,
+         **{"w.time_s": stored()})
+
+
+def outputs_complete(folder: Path) -> None:
+    """The outputs a run wrote are whole: the JSON report parses, the Markdown report ends
+    with a newline (no partial files)."""
+    for path in folder.rglob("*"):
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".md":
+            assert path.read_text().endswith("\n"), path
 
 
 def no_traceback(result: pytest.RunResult) -> str:
@@ -569,33 +606,48 @@ def no_traceback(result: pytest.RunResult) -> str:
     (["--distperf-markdown=~nosuchuser_zz/x.md"], "", "--distperf-markdown: cannot expand"),
 ])
 def test_a_bad_option_or_ini_value_is_a_usage_error(
-        pytester: pytest.Pytester, args: list[str], ini: str, words: str) -> None:
+        torch_imported: None, pytester: pytest.Pytester, args: list[str], ini: str,
+        words: str) -> None:
     pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makepyfile(test_plain="def test_x():\n    pass\n")
-    result = pytester.runpytest(*args)
+    with_a_baseline(pytester, "test_plain")
+    before = on_disk(pytester.path)
+    result = pytester.runpytest("--distperf", *OUTPUTS, *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = no_traceback(result)
     assert f"ERROR: {words}" in text, text
     assert len(text) < 1000, text  # one line, however long the value
+    assert on_disk(pytester.path) == before  # no output, not even a folder; the baseline kept
 
 
 @fuzz(25, HealthCheck.function_scoped_fixture)  # pytester's folder: rewritten each time
 @given(st.sampled_from(FLAGS), TYPED, st.booleans())
 def test_any_option_value_runs_or_is_a_usage_error(
-        pytester: pytest.Pytester, flag: str, value: str, in_ini: bool) -> None:
+        torch_imported: None, pytester: pytest.Pytester, flag: str, value: str,
+        in_ini: bool) -> None:
     ini = f"distperf_{flag.removeprefix('--').removeprefix('distperf-').replace('-', '_')}"
+    shutil.rmtree(pytester.path / "out", ignore_errors=True)  # an earlier example's outputs
+    if not (pytester.path / "perf_baselines").exists():
+        with_a_baseline(pytester, "test_plain")
     if in_ini:
         if "\n" in value or "\r" in value or not value.strip():
             return  # not a one-line ini value
         pytester.makeini(f"[pytest]\n{ini} = {value}\n")
-        result = pytester.runpytest("-p", "no:cacheprovider")
+        args = ["--distperf", *OUTPUTS, "-p", "no:cacheprovider"]
     else:
         pytester.makeini("[pytest]\n")
-        result = pytester.runpytest(f"{flag}={value}", "-p", "no:cacheprovider")
+        args = ["--distperf", *OUTPUTS, f"{flag}={value}", "-p", "no:cacheprovider"]
+    before = on_disk(pytester.path)
+    result = pytester.runpytest(*args)
     text = no_traceback(result)
     assert result.ret in (pytest.ExitCode.NO_TESTS_COLLECTED, pytest.ExitCode.USAGE_ERROR), text
     if result.ret == pytest.ExitCode.USAGE_ERROR:
         assert f"ERROR: {flag}" in text or ini in text, text
+        assert on_disk(pytester.path) == before  # no output, not even a folder
+    else:  # nothing measured: the baseline stays as it was; the reports are whole
+        after = on_disk(pytester.path)
+        assert {k: v for k, v in after.items() if not k.startswith("out")} == before
+        outputs_complete(pytester.path / "out")
 
 
 @pytest.fixture(scope="session")
@@ -624,8 +676,13 @@ def test_marked():
 def test_a_bad_marker_is_an_error_of_its_test_naming_the_keyword(
         torch_imported: None, pytester: pytest.Pytester, kwargs: str, words: str) -> None:
     pytester.makepyfile(test_marked=MARKED.format(kwargs=kwargs))
-    result = pytester.runpytest("--distperf", "-p", "no:cacheprovider")
+    with_a_baseline(pytester, "test_marked")
+    before = on_disk(pytester.path / "perf_baselines")
+    result = pytester.runpytest("--distperf", *OUTPUTS, "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)  # in its setup: no ranks are started
+    # the session ran, so it wrote its reports, whole; the baseline file is as it was
+    assert on_disk(pytester.path / "perf_baselines") == before
+    outputs_complete(pytester.path / "out")
     text = no_traceback(result)
     assert "@pytest.mark.distperf on test_marked.py::test_marked" in text, text
     assert words in text, text
