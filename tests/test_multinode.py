@@ -5,10 +5,14 @@ machines start them, run a distperf suite as one job on gloo.
   own folder like a checkout on each machine: every rank passes the suite, only global rank
   0 writes the JSON report and the baselines, the ranks know their node, and the pair
   matrix is recorded as intra-node and inter-node figures.
-* Three "nodes" in their own network namespaces on a bridge (iproute2, as root), one of them
-  with two ranks and a slowed network (``tc``: a rate limit, or a netem delay where the kernel
-  has netem).  The analyzer names that node and its ranks.  With two nodes it could not: a
-  pair's round trip crosses both nodes (docs/cluster.md).
+* Two "nodes" in their own network namespaces joined by a veth pair (iproute2, as root), 2
+  ranks each, one side's sends rate-limited (``tc``): the job runs as one, the pair matrix
+  reports intra- and inter-node figures, and the analyzer names the slow link and says that
+  with two nodes it cannot pin it on one of them (a pair's round trip crosses both nodes,
+  docs/cluster.md).
+* Three "nodes" in their own network namespaces on a bridge, one of them with two ranks and
+  a slowed network (``tc``: a rate limit, or a netem delay where the kernel has netem).  The
+  analyzer names that node and its ranks.
 
 Every agent is bounded in time; its process tree (torchrun starts the ranks in sessions of
 their own) is killed in a ``finally``, and the namespaces are deleted by the fixture.
@@ -83,7 +87,12 @@ def test_pairs_by_node(nccl_group):
     split = matrix.by_node  # bench_pairs sees that the ranks span nodes
     assert split is not None and split.inter_gbps > 0
     slow = os.environ.get("DISTPERF_TEST_SLOW")
-    if slow:
+    if os.environ.get("DISTPERF_TEST_TWO_NODES") and slow:
+        (finding,) = split.bottlenecks
+        assert finding.kind == "slow_link" and not split.slow_nodes, split.bottlenecks
+        assert "with two nodes this cannot be pinned on one of them" in finding.description
+        assert sorted(finding.ranks) == [0, 1, 2, 3], finding
+    elif slow:
         started_by = agents(nccl_group)
         ranks = tuple(r for r, a in enumerate(started_by) if a == slow)
         assert split.slow_nodes, split
@@ -226,10 +235,12 @@ def sh(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 class Network:
-    """Three "nodes", each a network namespace with interface ``dp0`` (10.213.7.1-3) on a
-    bridge in a fourth namespace; names unique to this run."""
+    """"Nodes", each a network namespace with interface ``dp0`` (10.213.7.1, .2, ...): on a
+    bridge in one more namespace, or (``bridged=False``, two nodes) the two ends of one veth
+    pair; names unique to this run."""
 
-    def __init__(self, nodes: int) -> None:
+    def __init__(self, nodes: int, bridged: bool = True) -> None:
+        self.bridged = bridged
         self.tag = f"dp{uuid.uuid4().hex[:6]}"
         self.switch = f"{self.tag}sw"
         self.nodes = [f"{self.tag}n{i}" for i in range(nodes)]
@@ -242,6 +253,9 @@ class Network:
         self.made.append(name)
 
     def build(self) -> None:
+        if not self.bridged:
+            self._build_pair()
+            return
         steps = []
         self.add(self.switch)
         steps.append(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
@@ -264,6 +278,23 @@ class Network:
             done = sh(*argv)
             assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
 
+    def _build_pair(self) -> None:
+        for ns in self.nodes:
+            self.add(ns)
+        a, b = self.nodes
+        steps = [["ip", "link", "add", f"{self.tag}a", "type", "veth", "peer", "name",
+                  f"{self.tag}b"],
+                 ["ip", "link", "set", f"{self.tag}a", "netns", a],
+                 ["ip", "link", "set", f"{self.tag}b", "netns", b]]
+        for i, (ns, end) in enumerate(((a, f"{self.tag}a"), (b, f"{self.tag}b"))):
+            steps += [["ip", "-n", ns, "link", "set", end, "name", "dp0"],
+                      ["ip", "-n", ns, "addr", "add", f"{SUBNET}.{i + 1}/24", "dev", "dp0"],
+                      ["ip", "-n", ns, "link", "set", "dp0", "up"],
+                      ["ip", "-n", ns, "link", "set", "lo", "up"]]
+        for argv in steps:
+            done = sh(*argv)
+            assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
+
     def teardown(self) -> None:
         for name in reversed(self.made):  # deleting a namespace deletes its interfaces
             sh("ip", "netns", "del", name)
@@ -275,14 +306,13 @@ class Network:
                 f"hostname {self.tag}-node{i} && exec {inner}"]
 
 
-@pytest.fixture
-def network() -> Iterator[Network]:
+def make_network(nodes: int, bridged: bool) -> Iterator[Network]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     missing = [tool for tool in ("ip", "tc", "unshare", "hostname") if not shutil.which(tool)]
     if missing:
         pytest.skip(f"needs iproute2 and util-linux: {', '.join(missing)} not found")
-    net = Network(3)
+    net = Network(nodes, bridged)
     try:
         try:
             net.build()
@@ -291,6 +321,49 @@ def network() -> Iterator[Network]:
         yield net
     finally:
         net.teardown()
+
+
+@pytest.fixture
+def network() -> Iterator[Network]:
+    yield from make_network(3, bridged=True)
+
+
+@pytest.fixture
+def pair_network() -> Iterator[Network]:
+    yield from make_network(2, bridged=False)
+
+
+def test_two_nodes_on_a_veth_pair_run_one_job(pair_network: Network, tmp_path: Path) -> None:
+    """Two namespaces joined by one veth pair, 2 ranks each, node 1's sends limited: one
+    4-rank job; the pair matrix has intra- and inter-node figures; the slow link is named,
+    with why it cannot be pinned on one of two nodes."""
+    slow = 1
+    done = sh("ip", "netns", "exec", pair_network.nodes[slow], "tc", "qdisc", "add", "dev",
+              "dp0", "root", *FAULTS["rate"])
+    if done.returncode != 0:
+        pytest.skip(f"tc qdisc tbf is not available here: {done.stderr.strip()}")
+    folders = [checkout(tmp_path, f"node{i}") for i in range(2)]
+    commands = []
+    for i, folder in enumerate(folders):
+        argv = torchrun(2, 2, f"{SUBNET}.1:29400", pair_network.tag, "--rdzv-conf",
+                        f"is_host={int(i == 0)}", "--local-addr", f"{SUBNET}.{i + 1}")
+        env = agent_env(folder.name, DISTPERF_TEST_SLOW=folders[slow].name,
+                        DISTPERF_TEST_TWO_NODES="1", GLOO_SOCKET_IFNAME="dp0", PAIR_ITERS="8")
+        commands.append((pair_network.command(i, argv), folder, env))
+    outputs = run_agents(commands)
+    for output in outputs:
+        for local in range(2):
+            assert any(line.startswith(f"[default{local}]:") and "2 passed" in line
+                       for line in output.splitlines()), output
+    (home,) = reports(folders)
+    data = json.loads((home / "report.json").read_text())
+    (pairs,) = [t for t in data["tests"] if t["nodeid"].endswith("test_pairs_by_node")]
+    (matrix,) = [r["result"] for r in pairs["results"] if r["kind"] == "PairMatrix"]
+    split = matrix["by_node"]
+    assert split["intra_gbps"] > 0 and split["inter_gbps"] > 0
+    (link,) = split["bottlenecks"]
+    assert link["kind"] == "slow_link"
+    assert link["description"].startswith(f"the link from node {slow} ({pair_network.tag}-node")
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))

@@ -242,7 +242,11 @@ def test_quiet_through_the_plugin_keeps_regressions_and_counts_in_plain_text(run
                    DISTPERF_TEST_CALLS="3")
     assert "\x1b[" not in text
     assert "1 failed" in text, text
-    summary = text.split("distperf summary", 1)[1].splitlines()
+    # the distperf section alone (with $CI set, pytest's short summary follows it with the
+    # failure messages uncut)
+    section = text.split("distperf summary", 1)[1].splitlines()[1:]
+    summary = section[:next((i for i, line in enumerate(section) if line.startswith("=")),
+                            len(section))]
     counts = next(line for line in summary if line.startswith("distperf verdicts (per metric):"))
     assert "2 regressed" in counts and "2 unchanged" in counts, counts
     assert [line.split()[:3] for line in summary if line.startswith("  REGRESSED")] == [
