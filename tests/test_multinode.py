@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -333,66 +334,55 @@ def pair_network() -> Iterator[Network]:
     yield from make_network(2, bridged=False)
 
 
-def test_two_nodes_on_a_veth_pair_run_one_job(pair_network: Network, tmp_path: Path) -> None:
-    """Two namespaces joined by one veth pair, 2 ranks each, node 1's sends limited: one
-    4-rank job; the pair matrix has intra- and inter-node figures; the slow link is named,
-    with why it cannot be pinned on one of two nodes."""
-    slow = 1
-    done = sh("ip", "netns", "exec", pair_network.nodes[slow], "tc", "qdisc", "add", "dev",
-              "dp0", "root", *FAULTS["rate"])
+def run_slowed(net: Network, ranks: list[int], slow: int, fault: str, tmp_path: Path,
+               **env: str) -> tuple[list[str], list[Path], dict[str, Any]]:
+    """The suite on ``net``'s nodes (``ranks[i]`` ranks on node i) with node ``slow``'s
+    network slowed by ``fault``: every agent's output, the node folders, and the pair
+    matrix the reporting node wrote.  Skipped where the kernel has no such qdisc."""
+    done = sh("ip", "netns", "exec", net.nodes[slow], "tc", "qdisc", "add", "dev", "dp0",
+              "root", *FAULTS[fault])
     if done.returncode != 0:
-        pytest.skip(f"tc qdisc tbf is not available here: {done.stderr.strip()}")
-    folders = [checkout(tmp_path, f"node{i}") for i in range(2)]
+        pytest.skip(f"tc qdisc {FAULTS[fault][0]} is not available here: "
+                    f"{done.stderr.strip()}")
+    folders = [checkout(tmp_path, f"node{i}") for i in range(len(ranks))]
     commands = []
     for i, folder in enumerate(folders):
-        argv = torchrun(2, 2, f"{SUBNET}.1:29400", pair_network.tag, "--rdzv-conf",
+        argv = torchrun(len(ranks), ranks[i], f"{SUBNET}.1:29400", net.tag, "--rdzv-conf",
                         f"is_host={int(i == 0)}", "--local-addr", f"{SUBNET}.{i + 1}")
-        env = agent_env(folder.name, DISTPERF_TEST_SLOW=folders[slow].name,
-                        DISTPERF_TEST_TWO_NODES="1", GLOO_SOCKET_IFNAME="dp0", PAIR_ITERS="8")
-        commands.append((pair_network.command(i, argv), folder, env))
+        extra = {"DISTPERF_TEST_SLOW": folders[slow].name, "GLOO_SOCKET_IFNAME": "dp0",
+                 "PAIR_ITERS": "8", **env}
+        commands.append((net.command(i, argv), folder, agent_env(folder.name, **extra)))
     outputs = run_agents(commands)
-    for output in outputs:
-        for local in range(2):
+    for output, n in zip(outputs, ranks, strict=True):
+        for local in range(n):
             assert any(line.startswith(f"[default{local}]:") and "2 passed" in line
                        for line in output.splitlines()), output
     (home,) = reports(folders)
     data = json.loads((home / "report.json").read_text())
     (pairs,) = [t for t in data["tests"] if t["nodeid"].endswith("test_pairs_by_node")]
     (matrix,) = [r["result"] for r in pairs["results"] if r["kind"] == "PairMatrix"]
+    return outputs, folders, matrix
+
+
+def test_two_nodes_on_a_veth_pair_run_one_job(pair_network: Network, tmp_path: Path) -> None:
+    """Two namespaces joined by one veth pair, 2 ranks each, node 1's sends limited: one
+    4-rank job; the pair matrix has intra- and inter-node figures; the slow link is named,
+    with why it cannot be pinned on one of two nodes."""
+    _, _, matrix = run_slowed(pair_network, [2, 2], 1, "rate", tmp_path,
+                              DISTPERF_TEST_TWO_NODES="1")
     split = matrix["by_node"]
     assert split["intra_gbps"] > 0 and split["inter_gbps"] > 0
     (link,) = split["bottlenecks"]
     assert link["kind"] == "slow_link"
-    assert link["description"].startswith(f"the link from node {slow} ({pair_network.tag}-node")
+    assert link["description"].startswith(f"the link from node 1 ({pair_network.tag}-node")
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_three_nodes_the_analyzer_names_the_slow_node(network: Network, fault: str,
                                                       tmp_path: Path) -> None:
     slow = 2  # node 2 runs two ranks and has the slow network
-    done = sh("ip", "netns", "exec", network.nodes[slow], "tc", "qdisc", "add", "dev", "dp0",
-              "root", *FAULTS[fault])
-    if done.returncode != 0:
-        pytest.skip(f"tc qdisc {FAULTS[fault][0]} is not available here: "
-                    f"{done.stderr.strip()}")
-    folders = [checkout(tmp_path, f"node{i}") for i in range(3)]
-    commands = []
-    for i, folder in enumerate(folders):
-        argv = torchrun(3, 2 if i == slow else 1, f"{SUBNET}.1:29400", network.tag,
-                        "--rdzv-conf", f"is_host={int(i == 0)}", "--local-addr",
-                        f"{SUBNET}.{i + 1}")
-        env = agent_env(folder.name, DISTPERF_TEST_SLOW=folders[slow].name,
-                        GLOO_SOCKET_IFNAME="dp0", PAIR_ITERS="8")
-        commands.append((network.command(i, argv), folder, env))
-    outputs = run_agents(commands)
-    for output, folder in zip(outputs, folders, strict=True):
-        for local in range(2 if folder == folders[slow] else 1):
-            assert any(line.startswith(f"[default{local}]:") and "2 passed" in line
-                       for line in output.splitlines()), output
+    outputs, folders, matrix = run_slowed(network, [1, 1, 2], slow, fault, tmp_path)
     (home,) = reports(folders)
-    data = json.loads((home / "report.json").read_text())
-    (pairs,) = [t for t in data["tests"] if t["nodeid"].endswith("test_pairs_by_node")]
-    (matrix,) = [r["result"] for r in pairs["results"] if r["kind"] == "PairMatrix"]
     worst = matrix["by_node"]["bottlenecks"][0]
     assert worst["kind"] == "slow_node"
     assert worst["description"].startswith("node ") and f"{network.tag}-node{slow})" in \
