@@ -30,6 +30,8 @@ import signal
 import tempfile
 from pathlib import Path
 
+from pytest_distperf import procs
+
 #: The prefix of every pool folder in the temporary directory.
 POOL_PREFIX = "distperf-pool-"
 #: The environment variable that marks the rank processes of a pool, and their children.
@@ -44,11 +46,8 @@ ORPHAN_AGE_S = 3600.0
 def _start_time(pid: int) -> str:
     """The process's start time in clock ticks since boot ('' where unknown): with the pid,
     it names one process even after the pid is reused."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    proc = procs.read(pid)
+    return proc.start if proc is not None else ""
 
 
 def _alive(pid: int, start: str) -> bool:
@@ -121,23 +120,6 @@ def marked(pool_dir: str) -> list[int]:
     return found
 
 
-def _processes() -> dict[int, tuple[int, int, str]]:
-    """Every process: its pid, and its parent's pid, session id and start time (Linux; {}
-    elsewhere)."""
-    found = {}
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                found[int(entry.name)] = (int(fields[1]), int(fields[3]), fields[19])
-            except (OSError, IndexError, ValueError):  # gone, or not readable
-                continue
-    return found
-
-
 def sign_ranks(pool_dir: str, pids: list[int]) -> None:
     """Write down the pool's rank processes: what they start is found through them, even
     after the controller is gone."""
@@ -160,32 +142,23 @@ def started_by(ranks: dict[int, str]) -> dict[int, str]:
     """The processes that ``ranks`` (pid: start time) started, pid: start time: those in a
     rank's session (begun after the rank, while the session's leader is that rank or gone)
     and those below a rank that still runs."""
-    table = _processes()
+    table = procs.table()
 
     def is_rank(pid: int) -> bool:
-        return pid in ranks and (not ranks[pid] or table[pid][2] == ranks[pid])
+        return pid in ranks and (not ranks[pid] or table[pid].start == ranks[pid])
 
     def later(start: str, rank_start: str) -> bool:
         return not (start.isdigit() and rank_start.isdigit()) or int(start) >= int(rank_start)
 
-    def below_a_rank(pid: int) -> bool:
-        parent = table[pid][0]
-        for _ in range(len(table)):  # up the parent chain
-            if parent not in table:
-                return False
-            if is_rank(parent):
-                return True
-            parent = table[parent][0]
-        return False
-
+    below = set(procs.descendants([r for r in ranks if r in table and is_rank(r)], table))
     found = {}
-    for pid, (_, sid, start) in table.items():
+    for pid, proc in table.items():
         if pid in ranks:
             continue
-        in_session = (sid in ranks and later(start, ranks[sid])
-                      and (sid not in table or is_rank(sid)))
-        if in_session or below_a_rank(pid):
-            found[pid] = start
+        in_session = (proc.sid in ranks and later(proc.start, ranks[proc.sid])
+                      and (proc.sid not in table or is_rank(proc.sid)))
+        if in_session or pid in below:
+            found[pid] = proc.start
     return found
 
 

@@ -870,15 +870,15 @@ def test_a_busy_child_of_a_measured_process_is_not_a_neighbour() -> None:
     """A rank's DataLoader worker, a process a test starts: its CPU time is the test's.  The
     same busy loop reads as far less other load as the child of a measured process than as a
     stranger; asserted as a ratio of two readings in one run."""
-    from pytest_distperf.verdict import noise
+    from pytest_distperf import procs
 
     loop = "while True: pass"
     rank = _detached(f"import subprocess, sys; subprocess.run([sys.executable, '-c', {loop!r}])")
     try:
         as_child = _other_load_around([rank])
     finally:
-        for pid, (ppid, _) in noise._processes().items():  # the busy child, before orphaned
-            if ppid == rank:
+        for pid, proc in procs.table().items():  # the busy child, before orphaned
+            if proc.ppid == rank:
                 _kill(pid)
         _kill(rank)
     stranger = _detached(loop)

@@ -37,6 +37,8 @@ import os
 import time
 from collections.abc import Iterable
 
+from pytest_distperf import procs
+
 #: Above this host steal a window is too noisy to call a regression on.  Normal steal on
 #: shared runners is 5-15% (docs/background.md); a window must not be thrown away for that alone.
 STEAL_LIMIT = 0.20
@@ -148,53 +150,16 @@ def _wait_ns(pid: int) -> int | None:
     return total
 
 
-def _processes() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, utime + stime of all its threads in clock ticks) of every process
-    ``/proc`` lists, from one pass over ``/proc/<pid>/stat`` (empty when it cannot be
-    listed)."""
-    out: dict[int, tuple[int, int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            out[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-        except (OSError, IndexError, ValueError):
-            continue  # a process that just ended
-    return out
-
-
-def siblings(table: dict[int, tuple[int, int]] | None = None) -> list[int]:
+def siblings(table: dict[int, procs.Proc] | None = None) -> list[int]:
     """This process and the others of its parent: under torchrun, the local ranks (the agent
     starts them all), which are the measurement, not neighbours.  Only this process when the
-    parent is init or ``/proc`` cannot be listed.  ``table``: :func:`_processes`, if read."""
+    parent is init or ``/proc`` cannot be listed.  ``table``: :func:`procs.table`, if read."""
     me, parent = os.getpid(), os.getppid()
     if parent <= 1:
         return [me]
-    table = _processes() if table is None else table
-    return [me, *sorted(pid for pid, (ppid, _) in table.items()
-                        if ppid == parent and pid != me)]
-
-
-def _family(roots: Iterable[int], table: dict[int, tuple[int, int]]) -> list[int]:
-    """``roots`` and all their descendants (a rank's DataLoader workers, the processes a
-    test starts): part of the measurement, not neighbours."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    seen = dict.fromkeys(roots)
-    todo = list(seen)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in seen:
-                seen[child] = None
-                todo.append(child)
-    return list(seen)
+    table = procs.table() if table is None else table
+    return [me, *sorted(pid for pid, proc in table.items()
+                        if proc.ppid == parent and pid != me)]
 
 
 def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False) -> Snapshot:
@@ -202,15 +167,17 @@ def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False) -> Snapshot
     :func:`siblings`: the local ranks under torchrun).  Their CPU time is counted with this
     process's (the controller) and every descendant's: all of it is the test's.  One pass
     over ``/proc`` for all of it."""
-    table = _processes()
+    table = procs.table()
     pids = list(dict.fromkeys([*pids, *(siblings(table) if local_ranks else ())]))
     waits = []
     for pid in pids:
         value = _wait_ns(pid)
         if value is not None:
             waits.append((pid, value))
-    ticks = tuple((pid, table[pid][1]) for pid in _family([*pids, os.getpid()], table)
-                  if pid in table)
+    # the controller's and every descendant's CPU time is the test's too (a rank's
+    # DataLoader workers, the processes a test starts): not neighbours
+    ticks = tuple((pid, table[pid].ticks)
+                  for pid in procs.descendants([*pids, os.getpid()], table) if pid in table)
     cpu, cpus = _read_cpu_lines()
     return Snapshot(time.monotonic(), cpu, tuple(waits), ticks, cpus)
 
