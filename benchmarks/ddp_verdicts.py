@@ -32,8 +32,10 @@ and ``.bytes``; its timing figures are informational (one profiled call, no samp
 so the slowdowns are not run for it.
 
 A communication change is *caught* when the run fails with an exact metric regressed; a
-slowdown when ``step_time_s`` is regressed.  For every run it records the verdict of every
-metric, the explanation of the first exact regression, and the wall time; the cost of the
+slowdown when ``step_time_s`` or ``compute_time_s`` (the same step without gradient
+synchronisation, judged with it: pytest_distperf/verdict/parts.py) is regressed.  For every
+run it records the verdict of every metric, the explanation of the first exact regression,
+and the wall time; the cost of the
 verdicts is a clean compare run's wall time against a run with no baseline file (the same
 measurements, nothing to compare or confirm).
 
@@ -207,8 +209,9 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     timing = {m: v["verdict"] for m, v in verdicts.items() if v.get("kind", "") == ""}
     first = exact[regressed[0]] if regressed else None
     step = verdicts.get("step_time_s", {})
-    if kind in SLOWDOWNS:
-        caught = step.get("verdict") == "regressed"
+    compute = verdicts.get("compute_time_s", {})
+    if kind in SLOWDOWNS:  # the step, or its compute (verdict/parts.py)
+        caught = "regressed" in (step.get("verdict"), compute.get("verdict"))
     elif kind in COMM_SLOWDOWNS:
         caught = verdicts.get("comm_overhead", {}).get("verdict") == "regressed"
     else:
@@ -218,13 +221,16 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
             "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
                                               "control_slope", "detail", "steal", "wait",
                                               "other_load")},
+            "compute": {k: compute.get(k) for k in ("verdict", "change", "windows",
+                                                    "host_change", "control_slope", "detail")},
             "details": {m: v.get("detail", "") for m, v in verdicts.items()
                         if v["verdict"] not in ("unchanged", "informational")},
             "timing": timing,
             "explanation": first["explanation"] if first else "",
             "step_explanation": verdicts.get("step_time_s", {}).get("explanation", ""),
             "comm_overhead": {k: verdicts.get("comm_overhead", {}).get(k)
-                              for k in ("verdict", "change", "windows", "explanation")}}
+                              for k in ("verdict", "change", "windows", "explanation",
+                                        "baseline", "current", "detail")}}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -291,7 +297,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"[{i}/{len(order)}] {kind:<10} exit {run['exit']}  {run['wall_s']:.1f} s  "
                   f"step_time_s {run['step']['verdict']} "
                   f"({_pct(change)}, "
-                  f"{run['step']['windows']} meas.)  exact: {run['exact_moved'] or 'unchanged'}"
+                  f"{run['step']['windows']} meas.)  compute_time_s "
+                  f"{run['compute']['verdict']} ({_pct(run['compute']['change'])})"
+                  f"  exact: {run['exact_moved'] or 'unchanged'}"
                   f"  comm_overhead {comm['verdict']} ({_pct(comm['change'])})"
                   f"  timing: {sorted(set(run['timing'].values()))}", flush=True)
     report(runs, bare, started, args)
@@ -306,7 +314,8 @@ def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.date
     print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {platform.python_version()}, --kind {args.kind}, "
           f"--slowdown {args.slowdown}")
-    print("caught: step_time_s regressed (slowdowns), comm_overhead regressed (commslow), "
+    print("caught: step_time_s or compute_time_s regressed (slowdowns), comm_overhead "
+          "regressed (commslow), "
           "an exact metric regressed (the rest); timing regr/inconcl: any measured metric")
     print(f"{'kind':<11} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "
           f"{'timing inconcl':>15} {'median wall':>12}")

@@ -248,12 +248,15 @@ def _comm_hook(hook: Any, wrapper: str) -> tuple[Any, Callable[[Any, Any], Any]]
 
 def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
     """The metrics a :class:`StepTiming` is judged by (thresholds and baselines): the
-    measured ones, the exact communication counts (:func:`comm_count_metrics`) and, to
-    explain their verdicts, the step's compute and exposed communication time."""
+    measured ones (the step, and its compute: the no-sync steps, each with the host-speed
+    control where the step has it; :mod:`pytest_distperf.verdict.parts` checks the one
+    against the other), the exact communication counts (:func:`comm_count_metrics`) and,
+    to explain their verdicts, the exposed communication time."""
     samples = timing.samples
     w = timing.world_size
     exposed = samples.get("exposed_comm_s", ())
     steps = samples.get("step_s", ())
+    no_sync = samples.get("no_sync_step_s", ())
     control = samples.get("control_s", ())
     return [
         Metric(f"{prefix}step_time_s", timing.step_time_s, "s", False, steps, world_size=w,
@@ -267,8 +270,8 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
                samples.get("imbalance", ()), threshold="max_imbalance",
                ranks=_imbalance_ranks(timing), hint=_hint(timing, "imbalance"),
                world_size=w),
-        Metric(f"{prefix}compute_time_s", timing.compute_time_s, "s", False,
-               samples.get("no_sync_step_s", ()), world_size=w, kind=INFORMATIONAL),
+        Metric(f"{prefix}compute_time_s", timing.compute_time_s, "s", False, no_sync,
+               world_size=w, control=control if len(control) == len(no_sync) else ()),
         Metric(f"{prefix}exposed_comm_s", timing.comm_overhead * timing.step_time_s, "s",
                False, exposed, world_size=w, kind=INFORMATIONAL),
         *comm_count_metrics(timing.comm_counts, f"{prefix}comm.", w, "/step"),

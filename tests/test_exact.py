@@ -25,6 +25,7 @@ from pytest_distperf.records import (
 from pytest_distperf.verdict.explain import explain
 from pytest_distperf.verdict.judgement import exact_family
 from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.verdict.parts import by_parts, compute_of
 
 CPU = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "")
 QUIET = NoiseFigures(1.0, 0.05, 0.08)
@@ -43,7 +44,7 @@ def timed(name: str, factor: float, kind: str = "") -> Metric:
 
 def step(calls: int = 2, nbytes: int = 4_000_000, buckets: int = 2, compute: float = 1.0,
          exposed: float = 1.0, slower: float = 1.0, barrier: int = 0) -> list[Metric]:
-    out = [timed("step_time_s", slower), timed("compute_time_s", compute, INFORMATIONAL),
+    out = [timed("step_time_s", slower), timed("compute_time_s", compute),
            timed("exposed_comm_s", exposed, INFORMATIONAL),
            exact("comm.all_reduce.calls", calls), exact("comm.all_reduce.bytes", nbytes, "B/step"),
            exact("comm.buckets", buckets, "buckets/step")]
@@ -83,7 +84,8 @@ def test_counts_are_stored_to_the_unit_without_samples_or_noise(tmp_path: Path) 
     table = file.data["tests"]["test_a"][bl.environment_id(CPU)]["metrics"]
     assert table["comm.all_reduce.bytes"] == {"unit": "B/step", "higher_is_better": False,
                                               "value": 2_105_344, "kind": "exact"}
-    assert table["compute_time_s"]["kind"] == "informational"
+    assert table["exposed_comm_s"]["kind"] == "informational"
+    assert "kind" not in table["compute_time_s"]  # measured, judged with the step
     assert "kind" not in table["step_time_s"]
     stored = file.metrics("test_a", bl.environment_id(CPU))
     assert stored is not None and stored["comm.buckets"].kind == EXACT
@@ -135,18 +137,20 @@ def test_a_new_collective_counts_from_zero_and_a_vanished_one_is_reported(
 
 def test_informational_metrics_are_compared_and_never_fail(tmp_path: Path) -> None:
     file = saved(tmp_path, step())
-    j = judgement(file, step(compute=3.0))
+    j = judgement(file, step(exposed=3.0))
     assert j.wanted() == []
     v = {x.metric: x for x in j.verdicts()}
-    compute = v["compute_time_s"]
-    assert compute.verdict == INFO and compute.change == pytest.approx(2.0)
-    assert "never a failure" in compute.detail
+    exposed = v["exposed_comm_s"]
+    assert exposed.verdict == INFO and exposed.change == pytest.approx(2.0)
+    assert "never a failure" in exposed.detail
 
 
 def test_a_step_regression_says_what_changed_with_it(tmp_path: Path) -> None:
     file = saved(tmp_path, step())
     v = verdicts_of(file, step(calls=18, buckets=18, slower=1.5, compute=1.0, exposed=3.3))
-    assert v["step_time_s"].verdict == bl.REGRESSED
+    # the compute is unchanged: the step's verdict is left to the counts (verdict/parts.py)
+    assert v["step_time_s"].verdict == bl.INCONCLUSIVE
+    assert v["comm.all_reduce.calls"].verdict == bl.REGRESSED
     assert v["step_time_s"].explanation == (
         "all_reduce calls/step 2 -> 18, bytes unchanged: smaller gradient buckets "
         "(bucket_cap_mb)?; gradient buckets/step 2 -> 18: smaller buckets (bucket_cap_mb)?; "
@@ -199,3 +203,54 @@ def test_explanations_stay_within_their_measurement() -> None:
     out = {v.metric: v for v in explain([c, d], {c.metric: "P", d.metric: "P"}, 0.1)}
     assert out[c.metric].explanation == ("all_reduce calls per profiled call 3 -> 24, bytes "
                                          "unchanged: smaller gradient buckets (bucket_cap_mb)?")
+
+
+@pytest.mark.parametrize(("name", "compute"), [
+    ("step_time_s", "compute_time_s"), ("gpt.step_time_s", "gpt.compute_time_s"),
+    ("step_time_s#2", "compute_time_s#2"), ("a.b.step_time_s#3", "a.b.compute_time_s#3"),
+    ("profile.step_time_s", "profile.compute_time_s"), ("mystep_time_s", None),
+    ("step_time_s.w2", None), ("comm_overhead", None),
+])
+def test_the_compute_part_of_a_step_metric(name: str, compute: str | None) -> None:
+    assert compute_of(name) == compute
+
+
+def test_a_step_regression_in_communication_alone_is_left_to_its_own_verdicts(
+        tmp_path: Path) -> None:
+    file = saved(tmp_path, step())
+    # the step 30% slower, its compute as saved: the change is the exposed communication's
+    v = verdicts_of(file, step(slower=1.3, exposed=2.0))
+    assert v["compute_time_s"].verdict == bl.UNCHANGED
+    assert v["step_time_s"].verdict == bl.INCONCLUSIVE
+    assert v["step_time_s"].change == pytest.approx(0.3)
+    assert v["step_time_s"].detail.startswith(
+        "the step is +30.0% but its compute, measured with it, is unchanged (+0.0%): the "
+        "change is in the exposed communication, which comm_overhead and the collective "
+        "counts judge (the step alone: ")
+    assert "exposed communication +100%" in v["step_time_s"].explanation
+    # a faster compute does not clear a slower step either
+    assert verdicts_of(file, step(slower=1.3, compute=0.7))["step_time_s"].verdict \
+        == bl.INCONCLUSIVE
+    # the compute slower too: both regressed, the step's verdict stands
+    both = verdicts_of(file, step(slower=1.3, compute=1.3))
+    assert (both["step_time_s"].verdict, both["compute_time_s"].verdict) == (
+        bl.REGRESSED, bl.REGRESSED)
+    assert "compute +30%" in both["step_time_s"].explanation
+    # the compute slower alone (the step hid it behind its communication): it fails the test
+    hidden = verdicts_of(file, step(compute=1.3))
+    assert (hidden["step_time_s"].verdict, hidden["compute_time_s"].verdict) == (
+        bl.UNCHANGED, bl.REGRESSED)
+
+
+def test_a_step_is_cleared_only_by_the_compute_of_its_own_measurement() -> None:
+    step_v = Verdict("step_time_s", bl.REGRESSED, change=0.3, detail="d")
+    compute = Verdict("compute_time_s", bl.UNCHANGED, change=0.0)
+    assert by_parts([step_v, compute], {"step_time_s": "A", "compute_time_s": "B"}) == [
+        step_v, compute]
+    assert by_parts([step_v], {"step_time_s": "A"}) == [step_v]  # no compute recorded
+    unknown = Verdict("compute_time_s", bl.INCONCLUSIVE, change=0.2)
+    assert by_parts([step_v, unknown], {"step_time_s": "A", "compute_time_s": "A"})[0] \
+        == step_v
+    cleared = by_parts([step_v, compute], {"step_time_s": "A", "compute_time_s": "A"})[0]
+    assert cleared.verdict == bl.INCONCLUSIVE and cleared.detail.endswith(
+        "(the step alone: d)")

@@ -2,7 +2,7 @@
 
 A measurement of ``ddp_step_timer`` stores, beside the metrics it is judged by, the exact
 collective counts of a step (``comm.<op>.calls``, ``comm.<op>.bytes``, ``comm.buckets``)
-and, as informational metrics, the step's compute and exposed communication time.  When one
+and the step's compute (measured) and exposed communication time (informational).  When one
 of its metrics regresses (or improves, or cannot be told), the verdict carries the changes
 of the others, in words a person can act on::
 
@@ -21,7 +21,6 @@ from pytest_distperf.records import (
     EXACT,
     IMPROVED,
     INCONCLUSIVE,
-    INFORMATIONAL,
     REGRESSED,
     Verdict,
 )
@@ -33,7 +32,7 @@ SMALL_EXTRA = 0.01
 _COMM = re.compile(r"comm\.(?P<op>.+)\.(?P<what>calls|bytes)(?:#\d+)?$")
 _BUCKETS = re.compile(r"comm\.buckets(?:#\d+)?$")
 _SUFFIX = re.compile(r"#\d+$")
-#: Informational metrics that say where a step's time went, and their words.
+#: The metrics that say where a step's time went, and their words.
 PHASES = (("compute_time_s", "compute"), ("exposed_comm_s", "exposed communication"))
 
 
@@ -152,11 +151,12 @@ def _n(value: float | None) -> str:
 
 
 def phase_changes(verdicts: Sequence[Verdict], tolerance: float) -> str:
-    """``compute +14%, exposed communication unchanged`` from the informational phase
-    metrics among ``verdicts`` ("" when there are none with a baseline)."""
+    """``compute +14%, exposed communication unchanged`` from the phase metrics among
+    ``verdicts`` (``compute_time_s``, measured, and ``exposed_comm_s``, informational; ""
+    when there are none with a baseline)."""
     words = []
     for suffix, word in PHASES:
-        v = next((w for w in verdicts if w.kind == INFORMATIONAL
+        v = next((w for w in verdicts if w.kind != EXACT
                   and _SUFFIX.sub("", w.metric).endswith(suffix)
                   and w.baseline is not None and w.current is not None), None)
         if v is None:

@@ -29,6 +29,7 @@ from pytest_distperf.records import (
 )
 from pytest_distperf.verdict.explain import explain
 from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.verdict.parts import by_parts
 from pytest_distperf.verdict.rule import (
     CONFIRM_PAUSES_S,
     CONTROL_PAUSE_S,
@@ -133,8 +134,9 @@ class Judgement:
         return not noise_reasons(window, metric.higher_is_better, metric.is_fraction)
 
     def verdicts(self) -> list[Verdict]:
-        """One verdict per metric (the unusable ones first), each explained by what else
-        changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
+        """One verdict per metric (the unusable ones first), a step time checked against its
+        compute (:func:`~pytest_distperf.verdict.parts.by_parts`), each explained by what
+        else changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
         doing = "saved" if isinstance(self, Save) else "compared"
         out = [make_verdict(m, NOT_COMPARABLE, self.env_id, None, tolerance=self.tolerance,
                             windows=1,
@@ -143,7 +145,7 @@ class Judgement:
         out += [self.verdict(name) for name in self.metrics]
         gone = self.vanished()
         labels = {**self.labels, **{v.metric: label for v, label in gone}}
-        return explain(out + [v for v, _ in gone], labels, self.tolerance)
+        return explain(by_parts(out + [v for v, _ in gone], labels), labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError
