@@ -496,6 +496,30 @@ def test_saving_keeps_the_best_window(tmp_path: Path) -> None:
     assert "saved from a noisy measurement (CPU wait 60% > 25%)" in v.detail
 
 
+def test_saving_keeps_the_median_window_of_a_fraction() -> None:
+    """A fraction has no good side: the save keeps its median measurement (the lower middle
+    one of four), where the best of four sat at the low end of its spread."""
+    def overhead(value: float) -> Metric:
+        return Metric("comm_overhead", value, "fraction", False, tuple([value] * 20))
+
+    j = judgement(None, overhead(0.30), save=True)
+    for value in (0.10, 0.20, 0.40):
+        assert j.wanted() == ["measure(w)"]
+        j.add_window("measure(w)", [overhead(value)], QUIET)
+    assert j.wanted() == []
+    (entry,) = j.save_entries()
+    assert entry.metrics["comm_overhead"].value == 0.20  # 0.10 < [0.20] < 0.30 < 0.40
+    (v,) = j.verdicts()
+    assert f"median of {bl.SAVE_WINDOWS}" in v.detail
+    # the better direction for a fraction where higher is better
+    eff = judgement(None, Metric("eff", 0.5, "fraction", True, tuple([0.5] * 20)), save=True)
+    for value in (0.9, 0.7, 0.6):
+        eff.add_window("measure(w)", [Metric("eff", value, "fraction", True,
+                                             tuple([value] * 20))], QUIET)
+    (entry,) = eff.save_entries()
+    assert entry.metrics["eff"].value == 0.7  # 0.9 > [0.7] > 0.6 > 0.5
+
+
 # -- the host-speed control -----------------------------------------------------------------
 CONTROL = tuple(0.0025 + 0.00001 * (i % 7) for i in range(20))  # 2.50 .. 2.56 ms, jittered
 #: Measurements a controlled regression needs: the test's own and the re-measurements.
