@@ -621,7 +621,7 @@ def test_a_change_within_what_the_slope_could_leave_of_the_host_is_not_told() ->
     base = stored_controlled()
     host = 1.025 * 1.5  # the baseline's median host is 1.025: the host 50% slower
     line = 0.10 * bl.DECISION_FRACTION
-    within = 1 + (line + bl.SLOPE_ERROR * 0.5) / 2  # past the line, within 0.2 x 50%
+    within = 1 + (line + bl.SLOPE_ERROR * 0.5) / 2  # past the line, within SLOPE_ERROR x 50%
     w = controlled(scaled(host * within), scaled(host, CONTROL))
     verdict, a, detail, more = decide(base, *[w] * CREG)
     assert (verdict, more) == (bl.INCONCLUSIVE, False)
