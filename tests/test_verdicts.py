@@ -468,8 +468,8 @@ def test_a_slower_step_is_judged_by_the_part_that_grew(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real DDP steps on gloo, made several times slower in one part: a sleep in the loss
     (compute: every step, synchronised or not) or in the comm hook (communication: the
-    synchronised steps only).  Compute is its own measured metric; a step that grew in its
-    communication alone is left to ``comm_overhead`` (pytest_distperf/verdict/parts.py)."""
+    synchronised steps only).  Compute is its own measured metric, and the failure says
+    which part grew."""
     pytester.makepyfile(test_step=STEP_CHANGES)
     pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS).assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
@@ -495,10 +495,8 @@ def test_a_slower_step_is_judged_by_the_part_that_grew(
     assert "exposed communication" in overhead["explanation"]
     step, compute = verdicts["step_time_s"], verdicts["compute_time_s"]
     assert step["change"] > 1.0 and compute["change"] < 0.5, (step, compute)
-    # the step is judged by its parts: cleared compute, inconclusive step; else it stands
-    # (this sub-millisecond compute can run a few percent slower between 30 ms naps)
-    if compute["verdict"] in (bl.UNCHANGED, bl.IMPROVED):
-        assert step["verdict"] == bl.INCONCLUSIVE, step
-        assert "the change is in the exposed communication" in step["detail"]
-    else:
-        assert step["verdict"] == bl.REGRESSED, (step, compute)
+    # far past the tolerance the step's own verdict stands, whatever its compute did (only
+    # a change under the tolerance is left to its parts: tests/test_exact.py)
+    assert step["verdict"] == bl.REGRESSED, step
+    assert "exposed communication" in step["explanation"], step
+    assert "exposed communication unchanged" not in step["explanation"], step

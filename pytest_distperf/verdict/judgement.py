@@ -145,7 +145,8 @@ class Judgement:
         out += [self.verdict(name) for name in self.metrics]
         gone = self.vanished()
         labels = {**self.labels, **{v.metric: label for v, label in gone}}
-        return explain(by_parts(out + [v for v, _ in gone], labels), labels, self.tolerance)
+        out = by_parts(out + [v for v, _ in gone], labels, self.tolerance)
+        return explain(out, labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError
