@@ -24,7 +24,7 @@ process with a fresh rank pool, in shuffled order:
 * ``commslow10``, ``commslow20``: the communication slower by 10% (20%) of the saved step:
   a DDP comm hook (``comm_hook=``) runs the all-reduce and spins the same loop before its
   future completes, as a compressing or a slower transport's hook would; compute, counts
-  and bytes unchanged.  Caught when ``comm_overhead`` is regressed (the step time moves too).
+  and bytes unchanged.  Caught when ``comm_overhead`` or ``step_time_s`` is regressed.
 
 ``--kind profile`` runs the same model's DDP step under ``dist_profiler`` (``setup`` builds
 the DDP model, 3 profiled steps) instead: its exact metrics are ``profile.comm.<op>.calls``
@@ -212,8 +212,9 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     compute = verdicts.get("compute_time_s", {})
     if kind in SLOWDOWNS:  # the step, or its compute (verdict/parts.py)
         caught = "regressed" in (step.get("verdict"), compute.get("verdict"))
-    elif kind in COMM_SLOWDOWNS:
-        caught = verdicts.get("comm_overhead", {}).get("verdict") == "regressed"
+    elif kind in COMM_SLOWDOWNS:  # the communication's share, or the step
+        caught = "regressed" in (verdicts.get("comm_overhead", {}).get("verdict"),
+                                 step.get("verdict"))
     else:
         caught = bool(regressed) and run["exit"] == 1
     return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
@@ -314,8 +315,8 @@ def report(runs: list[dict[str, Any]], bare: list[float], started: datetime.date
     print(f"\n{started:%Y-%m-%d}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {platform.python_version()}, --kind {args.kind}, "
           f"--slowdown {args.slowdown}")
-    print("caught: step_time_s or compute_time_s regressed (slowdowns), comm_overhead "
-          "regressed (commslow), "
+    print("caught: step_time_s or compute_time_s regressed (slowdowns), comm_overhead or "
+          "step_time_s regressed (commslow), "
           "an exact metric regressed (the rest); timing regr/inconcl: any measured metric")
     print(f"{'kind':<11} {'runs':>4} {'caught':>7} {'exact moved':>12} {'timing regr':>12} "
           f"{'timing inconcl':>15} {'median wall':>12}")
