@@ -494,7 +494,12 @@ def test_a_slower_step_is_judged_by_the_part_that_grew(
     assert overhead["verdict"] == bl.REGRESSED, overhead
     assert "exposed communication" in overhead["explanation"]
     step, compute = verdicts["step_time_s"], verdicts["compute_time_s"]
-    assert step["change"] > 1.0 and compute["change"] < 0.5, (step, compute)
+    exposed = verdicts["exposed_comm_s"]
+    # the 30 ms went to the exposed communication, not to the compute (whose sub-millisecond
+    # steps can run 70% slower between naps: cold caches, not work)
+    assert exposed["current"] - exposed["baseline"] > 0.02, exposed
+    assert compute["current"] - compute["baseline"] < 0.01, compute
+    assert step["change"] > 1.0, step
     # far past the tolerance the step's own verdict stands, whatever its compute did (only
     # a change under the tolerance is left to its parts: tests/test_exact.py)
     assert step["verdict"] == bl.REGRESSED, step
