@@ -6,15 +6,16 @@ Controller side, no torch at import: the measuring runs on the ranks
 metrics its verdict judges:
 
 * ``step_time_s`` (s, lower is better; on CPU ranks with the host-speed control run after
-  every synchronised step, unless ``control=False``);
+  every synchronised step, unless ``control=False``) and ``compute_time_s`` (the same step
+  without gradient synchronisation, with the same control; a step regressed by less than
+  the tolerance while its compute was not is inconclusive: :mod:`pytest_distperf.verdict.parts`);
 * ``comm_overhead`` (fraction, threshold ``max_comm_overhead``);
 * ``imbalance`` (fraction, threshold ``max_imbalance``, naming the straggling ranks);
 * exact, from one more step run under ``torch.profiler``: ``comm.<op>.calls`` and
   ``comm.<op>.bytes`` per step for every kind of collective, and ``comm.buckets`` (DDP's
   gradient buckets per step);
-* informational, to explain the others' verdicts: ``compute_time_s`` (a step without
-  gradient synchronisation) and ``exposed_comm_s`` (step - compute); and ``throughput``
-  (samples/s), the inverse of ``step_time_s``, which is judged in its place;
+* informational, to explain the others' verdicts: ``exposed_comm_s`` (step - compute); and
+  ``throughput`` (samples/s), the inverse of ``step_time_s``, which is judged in its place;
 * from ``.scaling``: ``scaling_efficiency.w<N>`` (fraction, threshold
   ``min_scaling_efficiency``) for every world size above the smallest, and
   ``scaling_throughput.w<N>`` (samples/s) for every world size.
