@@ -35,9 +35,8 @@ A communication change is *caught* when the run fails with an exact metric regre
 slowdown when ``step_time_s`` or ``compute_time_s`` (the same step without gradient
 synchronisation, judged with it: pytest_distperf/verdict/parts.py) is regressed.  For every
 run it records the verdict of every metric, the explanation of the first exact regression,
-and the wall time; the cost of the
-verdicts is a clean compare run's wall time against a run with no baseline file (the same
-measurements, nothing to compare or confirm).
+and the wall time; the cost of the verdicts is a clean compare run's wall time against a run
+with no baseline file (the same measurements, nothing to compare or confirm).
 
     python benchmarks/ddp_verdicts.py                      # 30 clean, 10 of each change
     python benchmarks/ddp_verdicts.py --clean 2 --changed 1   # a smoke run

@@ -335,10 +335,10 @@ def pair_network() -> Iterator[Network]:
 
 
 def run_slowed(net: Network, ranks: list[int], slow: int, fault: str, tmp_path: Path,
-               **env: str) -> tuple[list[str], list[Path], dict[str, Any]]:
+               **env: str) -> tuple[str, dict[str, Any]]:
     """The suite on ``net``'s nodes (``ranks[i]`` ranks on node i) with node ``slow``'s
-    network slowed by ``fault``: every agent's output, the node folders, and the pair
-    matrix the reporting node wrote.  Skipped where the kernel has no such qdisc."""
+    network slowed by ``fault``: the output of the node that wrote the report, and the pair
+    matrix in it.  Skipped where the kernel has no such qdisc."""
     done = sh("ip", "netns", "exec", net.nodes[slow], "tc", "qdisc", "add", "dev", "dp0",
               "root", *FAULTS[fault])
     if done.returncode != 0:
@@ -361,15 +361,15 @@ def run_slowed(net: Network, ranks: list[int], slow: int, fault: str, tmp_path: 
     data = json.loads((home / "report.json").read_text())
     (pairs,) = [t for t in data["tests"] if t["nodeid"].endswith("test_pairs_by_node")]
     (matrix,) = [r["result"] for r in pairs["results"] if r["kind"] == "PairMatrix"]
-    return outputs, folders, matrix
+    return outputs[folders.index(home)], matrix
 
 
 def test_two_nodes_on_a_veth_pair_run_one_job(pair_network: Network, tmp_path: Path) -> None:
     """Two namespaces joined by one veth pair, 2 ranks each, node 1's sends limited: one
     4-rank job; the pair matrix has intra- and inter-node figures; the slow link is named,
     with why it cannot be pinned on one of two nodes."""
-    _, _, matrix = run_slowed(pair_network, [2, 2], 1, "rate", tmp_path,
-                              DISTPERF_TEST_TWO_NODES="1")
+    _, matrix = run_slowed(pair_network, [2, 2], 1, "rate", tmp_path,
+                           DISTPERF_TEST_TWO_NODES="1")
     split = matrix["by_node"]
     assert split["intra_gbps"] > 0 and split["inter_gbps"] > 0
     (link,) = split["bottlenecks"]
@@ -381,11 +381,9 @@ def test_two_nodes_on_a_veth_pair_run_one_job(pair_network: Network, tmp_path: P
 def test_three_nodes_the_analyzer_names_the_slow_node(network: Network, fault: str,
                                                       tmp_path: Path) -> None:
     slow = 2  # node 2 runs two ranks and has the slow network
-    outputs, folders, matrix = run_slowed(network, [1, 1, 2], slow, fault, tmp_path)
-    (home,) = reports(folders)
+    summary, matrix = run_slowed(network, [1, 1, 2], slow, fault, tmp_path)
     worst = matrix["by_node"]["bottlenecks"][0]
     assert worst["kind"] == "slow_node"
     assert worst["description"].startswith("node ") and f"{network.tag}-node{slow})" in \
         worst["description"].split(" is slow")[0]
-    summary = outputs[folders.index(home)]
     assert "finding: slow_node (" in summary

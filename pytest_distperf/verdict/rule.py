@@ -127,7 +127,7 @@ CONTROL_ESTIMATOR_QUANTILE = 0.25
 #: ... and called only past this share of the host's change as well (the pooled control
 #: level against the baseline's): the slope is fitted on a dozen measurements, within each
 #: side, and an error of e in it leaves e x the host's change in the adjusted time.  On this
-#: 2-core host the controlled rule's false alarms came from runs with the control 18-67%
+#: 2-core host the controlled rule's false alarms came from runs with the control 23-67%
 #: slower than at the save: R19a's +5.7% with the control 67% slower, and R20a's three, whose
 #: adjusted step and compute kept up to 0.43 of the host's change (fitted slopes 0.36-0.69
 #: where the compute followed the control about 1:1 between the sides);
