@@ -223,8 +223,11 @@ def start_held_run(pytester: Any, out: Path, hold: float,
 
     test_file = pytester.makepyfile(test_hold=HELD_TEST)
     here = str(Path(__file__).parent)
+    # PYTHONFAULTHANDLER: a run that hangs prints every thread's stack on SIGABRT
+    # (:func:`stop_held_run`)
     env = dict(os.environ, DISTPERF_TEST_OUT=str(out), DISTPERF_TEST_HOLD=str(hold),
-               PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+               PYTHONFAULTHANDLER="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--gpus", gpus,
          str(test_file)],
@@ -238,3 +241,30 @@ def start_held_run(pytester: Any, out: Path, hold: float,
             pytest.fail(f"the held run did not report its pids:\n{output}")
         time.sleep(0.2)
     return proc, json.loads((out / "pids.json").read_text())
+
+
+def stop_held_run(proc: subprocess.Popen[bytes], sig: int,
+                  timeout_s: float = 60.0) -> tuple[int, str]:
+    """Send ``sig`` to a held run and wait for it to end: (its exit code, its output).
+
+    A run that outlives ``timeout_s`` is sent SIGABRT, on which faulthandler prints every
+    thread's Python stack, and the test fails with that output: a hang says where it hung."""
+    import signal
+
+    import pytest
+
+    os.kill(proc.pid, sig)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(timeout=10)
+        finally:
+            proc.kill()
+            proc.wait()
+        output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+        pytest.fail(f"the run did not end within {timeout_s:.0f} s of "
+                    f"{signal.Signals(sig).name}; its output and stacks:\n{output[-20000:]}")
+    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    return code, output

@@ -30,6 +30,7 @@ from fault_cases import (
     start_held_run,
     starts_a_hidden_process,
     starts_a_process,
+    stop_held_run,
     wait_gone,
 )
 
@@ -230,12 +231,7 @@ def test_the_controller_is_signalled(pytester: pytest.Pytester, tmp_path: Path,
     proc, pids = start_held_run(pytester, tmp_path, hold=600)
     ranks, started, folder = pids["ranks"], pids["started"], pids["folder"]
     assert all(alive(p) for p in [*ranks, *started]) and os.path.isdir(folder)
-    os.kill(proc.pid, getattr(signal, how))
-    try:
-        code = proc.wait(timeout=60)
-    finally:
-        proc.kill()
-    output = proc.stdout.read().decode() if proc.stdout else ""
+    code, output = stop_held_run(proc, getattr(signal, how))
     assert wait_gone(ranks) == [], output
     if how == "SIGKILL":  # nothing can run in the controller: the next pool clears up
         assert os.path.isdir(folder)
