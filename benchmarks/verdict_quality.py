@@ -226,6 +226,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
                             f"{min(changes):+.1%} to {max(changes):+.1%}" if changes else ""))
         noisy = [r for r in judged if r[name].get("verdict") == "inconclusive"]
         lines.append(f"  inconclusive: {len(noisy)}/{len(judged)} compare runs")
+        lines += ceiling(name, judged)
     errors = [r for r in compares if "error" in r]
     steals = [r["run_steal"] for r in compares]
     waits = [r[METRICS[0]]["wait"] for r in compares
@@ -248,6 +249,31 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
     if errors:
         lines.append(f"errors: {len(errors)} runs (see --json)")
     return lines
+
+
+def ceiling(name: str, judged: list[dict[str, Any]]) -> list[str]:
+    """What any threshold on the reported changes could have done: the best one that raises
+    no false alarm (just above the worst clean change) and the slowed runs past it.  When
+    that falls short of a goal, the measurement did not separate clean from slowed on this
+    day, and no decision rule on these figures could meet it (an optimistic figure: the
+    threshold is chosen after the fact, knowing every clean run)."""
+    sign = -1.0 if "busbw" in name else 1.0  # a bandwidth's regression is a negative change
+
+    def worse(r: dict[str, Any]) -> float | None:
+        change = r[name].get("change")
+        return None if change is None else sign * change
+
+    clean = [w for r in judged if r["extra"] == 0 and (w := worse(r)) is not None]
+    if not clean:
+        return []
+    line = max(clean)
+    parts = []
+    for extra in sorted({r["extra"] for r in judged} - {0.0}):
+        slowed = [worse(r) for r in judged if r["extra"] == extra]
+        parts.append(f"+{extra:.0%} {sum(w is not None and w > line for w in slowed)}/"
+                     f"{len(slowed)}")
+    return [f"  best threshold after the fact (the worst clean change, {sign * line:+.1%}): "
+            f"caught {', '.join(parts)}"] if parts else []
 
 
 #: The kinds measured on a real training step, with the communication changes of a real

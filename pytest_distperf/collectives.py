@@ -10,6 +10,7 @@ place busbw is computed.  torch is imported only in :func:`plan`, to check a dty
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,6 +49,18 @@ DEFAULT_SIZES_CPU = tuple(64 * 1024 * 4**i for i in range(6))
 DEFAULT_SIZES_GPU = tuple(64 * 1024 * 4**i for i in range(8))
 #: Default message of the pairwise matrix.
 DEFAULT_PAIR_SIZE = {"cpu": 4 * 1024**2, "cuda": 64 * 1024**2}
+#: Timed calls per size when ``iters`` is not given (nccl-tests' ``-n 20``)...
+DEFAULT_ITERS = 20
+#: ... and, on CPU ranks, as many more as fit in this many seconds per size: a gloo
+#: all-reduce's calls spread by 30-80% (interquartile range over the median) on a 2-core
+#: runner, so that the 25% quantile of 20 calls moves by about 11% from one measurement to
+#: the next, as much as the 10% the gate must see; 200 calls (about 1 s of a 4 MiB
+#: all-reduce with its host-speed control) bring that to about 4% (benchmarks/
+#: verdict_quality.md, R22).  On GPUs (NCCL, CUDA events) the calls are steady: exactly
+#: ``iters``.
+CPU_MIN_TIME_S = 1.0
+#: ... but never more than this many timed calls per size.
+MAX_ITERS = 2000
 
 
 class WrongResultError(AssertionError):
@@ -120,12 +133,20 @@ def element_count(op: str, nbytes: int, element_size: int, world_size: int) -> i
     return max(1, nbytes // (element_size * unit)) * unit
 
 
-def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
-         world_size: int, device_type: str, control: bool = False) -> BenchSpec:
-    """Check every argument of ``bench`` before anything is sent to the ranks."""
+def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int | None, *,
+         world_size: int, device_type: str, control: bool = False,
+         min_time_s: float | None = None) -> BenchSpec:
+    """Check every argument of ``bench`` before anything is sent to the ranks.
+
+    ``iters`` None: :data:`DEFAULT_ITERS`, and on CPU ranks a time floor of
+    :data:`CPU_MIN_TIME_S` per size unless ``min_time_s`` says otherwise; a given ``iters``
+    is exactly that many timed calls unless ``min_time_s`` is given too."""
     import torch
 
     check_op(op)
+    floor = min_time(op, min_time_s, iters, device_type)
+    if iters is None:
+        iters = DEFAULT_ITERS
     for name, value, least in (("warmup", warmup, 0), ("iters", iters, 1)):
         require_int(value, f"bench({op!r}): {name}", least)
     if op == "send_recv" and world_size < 2:
@@ -135,11 +156,22 @@ def plan(op: str, sizes: Any, dtype: Any, warmup: int, iters: int, *,
     element_size = getattr(torch, name).itemsize
     if op == "barrier":
         return BenchSpec(op, ("0B",), (0,), name, element_size, warmup, iters, world_size,
-                         bool(control))
+                         bool(control), floor, max(MAX_ITERS, iters))
     resolved = resolve_sizes(sizes, device_type)
     counts = tuple(element_count(op, n, element_size, world_size) for _, n in resolved)
     return BenchSpec(op, tuple(label for label, _ in resolved), counts, name, element_size,
-                     warmup, iters, world_size, bool(control))
+                     warmup, iters, world_size, bool(control), floor, max(MAX_ITERS, iters))
+
+
+def min_time(op: str, min_time_s: Any, iters: int | None, device_type: str) -> float:
+    """The seconds of timed calls ``bench`` takes per size at least (0: exactly ``iters``)."""
+    if min_time_s is None:
+        return CPU_MIN_TIME_S if iters is None and device_type == "cpu" else 0.0
+    if (isinstance(min_time_s, bool) or not isinstance(min_time_s, (int, float))
+            or not math.isfinite(min_time_s) or min_time_s < 0):
+        raise ValueError(f"bench({op!r}): min_time_s must be a number of seconds, 0 or more, "
+                         f"got {min_time_s!r}")
+    return float(min_time_s)
 
 
 def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,

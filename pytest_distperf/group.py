@@ -144,13 +144,18 @@ class DistGroup:
         return result
 
     def bench(self, op: str, sizes: Any = None, *, dtype: Any = None, warmup: int = 5,
-              iters: int = 20, control: bool = True) -> CollectiveResult:
+              iters: int | None = None, control: bool = True,
+              min_time_s: float | None = None) -> CollectiveResult:
         """Benchmark one collective over a sweep of message sizes, the way nccl-tests does.
 
         ``op``: one of :data:`pytest_distperf.collectives.OPS`; ``sizes``: byte counts or
         strings (``"64KiB"``, ``"16MiB"``), default 64 KiB .. 64 MiB by x4 on CPU, .. 1 GiB on
         GPU; ``dtype``: a torch dtype (default ``torch.float32``).  Per size: ``warmup``
-        untimed calls, ``iters`` barrier-aligned timed calls, one correctness check.  Records
+        untimed calls, ``iters`` barrier-aligned timed calls, one correctness check.
+        ``iters`` not given: 20, and on CPU ranks as many more as fill ``min_time_s`` (default
+        1 s per size, at most 2000 calls: a gloo collective's calls spread too much for 20 to
+        judge a 10% change); a given ``iters`` is exactly that many calls unless
+        ``min_time_s`` is given too.  Records
         ``<op>.<size>.busbw_gbps`` per size (``barrier.time_us`` for the barrier).  Wrong
         values raise :class:`~pytest_distperf.collectives.WrongResultError`.
         On CPU ranks each timed call is followed by the host-speed control, as in
@@ -163,7 +168,8 @@ class DistGroup:
         from pytest_distperf.rank.collectives import bench_on_rank
 
         spec = collectives.plan(op, sizes, dtype, warmup, iters, world_size=self._size,
-                                device_type=self.device_type, control=control)
+                                device_type=self.device_type, control=control,
+                                min_time_s=min_time_s)
         label = f"bench({op})"
         peak = hardware.link_peak(self.backend, self.device_type, self.device_model)
 

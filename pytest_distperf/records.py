@@ -345,6 +345,9 @@ class BenchSpec:
     iters: int
     world_size: int
     control: bool = False  # the host-speed control after every timed call (CPU ranks)
+    #: more timed calls, until the size's timed loop took this long (at most ``max_iters``)
+    min_time_s: float = 0.0
+    max_iters: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

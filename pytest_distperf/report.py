@@ -134,9 +134,11 @@ _ROOTED = ("broadcast", "reduce")
 def collective_table(result: CollectiveResult) -> list[str]:
     """An nccl-tests-style table of one :class:`CollectiveResult`: one line per size."""
     r = result
+    most = max((len(row.samples_us) for row in r.rows), default=r.iters)
+    iters = f"{r.iters}" if most <= r.iters else f"{r.iters}..{most} (a time floor per size)"
     lines = [
         f"# {r.op}  {r.world_size} ranks  {r.backend}/{r.device_type}  warmup {r.warmup}  "
-        f"iters {r.iters}" + ("" if r.op == "barrier" else f"  busbw = algbw x {r.bus_factor:.4g}"),
+        f"iters {iters}" + ("" if r.op == "barrier" else f"  busbw = algbw x {r.bus_factor:.4g}"),
         f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>6} {'time':>10} "
         f"{'spread':>7} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
         f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>6} {'(us)':>10} "

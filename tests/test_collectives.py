@@ -106,6 +106,31 @@ def test_sizes_sorted_deduplicated_and_rounded_per_rank() -> None:
     assert barrier.counts == (0,)
 
 
+def test_the_time_floor_is_planned() -> None:
+    def spec(iters: Any, device: str = "cpu", **kw: Any) -> BenchSpec:
+        return plan("all_reduce", "4KiB", None, 5, iters, world_size=2, device_type=device, **kw)
+
+    default = spec(None)  # iters not given: 20, and on CPU ranks a floor of 1 s per size
+    assert (default.iters, default.min_time_s) == (20, collectives.CPU_MIN_TIME_S)
+    assert default.max_iters == collectives.MAX_ITERS
+    assert (spec(7).iters, spec(7).min_time_s) == (7, 0.0)  # a given iters is exact
+    assert spec(None, "cuda").min_time_s == 0.0  # GPUs: nccl-tests' fixed count
+    assert spec(7, min_time_s=0.5).min_time_s == 0.5
+    assert spec(None, min_time_s=0).min_time_s == 0.0
+    assert spec(5000).max_iters == 5000  # the cap never cuts a count asked for
+    for bad in (-1, math.nan, math.inf, "1", True):
+        with pytest.raises(ValueError, match="min_time_s must be a number of seconds"):
+            spec(None, min_time_s=bad)
+
+
+def test_the_table_says_when_a_floor_added_calls() -> None:
+    spec = dataclasses.replace(_spec("all_reduce", 2, (1024,)), iters=2)
+    per_rank = [[SizeOutcome((1e-3, 2e-3, 3e-3, 4e-3), 0, "")]] * 2
+    header = report.collective_table(build_result(spec, per_rank, backend="gloo",
+                                                  device_type="cpu"))[0]
+    assert "warmup 0  iters 2..4 (a time floor per size)" in header
+
+
 # -- formulas from samples ------------------------------------------------------------------
 def _spec(op: str, n: int, counts: tuple[int, ...]) -> BenchSpec:
     return BenchSpec(op, tuple(f"{c * 4}B" for c in counts), counts, "float32", 4, 0, 3, n)
@@ -264,6 +289,25 @@ def test_other_dtypes_are_checked(nccl_group):
             assert result.wrong == 0, (dtype, op)
 
 
+@pytest.mark.distperf(world_size=2)
+def test_a_time_floor_adds_calls(nccl_group):
+    import dataclasses
+    from pytest_distperf.collectives import plan
+    from pytest_distperf.rank.collectives import bench_on_rank
+
+    exact = nccl_group.bench("all_reduce", "4KiB", warmup=1, iters=2)
+    assert len(exact.rows[0].samples_us) == 2  # a given iters is exactly that
+    # 0.5 s of 4 KiB all-reduces: 2 calls only if one took 0.25 s
+    (row,) = nccl_group.bench("all_reduce", "4KiB", warmup=1, iters=2, min_time_s=0.5).rows
+    calls = len(row.samples_us)
+    assert calls > 2 and len(row.control_s) == calls
+    assert all(len(times) == calls for times in row.per_rank_us)  # every rank made them
+    spec = plan("all_reduce", "4KiB", None, 0, 3, world_size=2, device_type="cpu",
+                min_time_s=60.0)
+    capped = nccl_group.run(bench_on_rank, dataclasses.replace(spec, max_iters=7))
+    assert [len(outcomes[0].samples) for outcomes in capped] == [7, 7]
+
+
 def test_bad_calls_are_clear(nccl_group):
     with pytest.raises(ValueError, match="valid ops: all_reduce, all_gather"):
         nccl_group.bench("allreduce")
@@ -345,7 +389,7 @@ def test_bench_on_real_gloo_groups(pytester: pytest.Pytester,
         "test_bench.py", "--pyargs", "pytest_distperf.suite", "--distperf", "--gpus", "4",
         "-p", "no:cacheprovider", f"--distperf-json={json_path}", "-rf")
     suite_tests = len(OPS) + 1
-    result.assert_outcomes(passed=7 + suite_tests, failed=1)
+    result.assert_outcomes(passed=8 + suite_tests, failed=1)
     result.stdout.fnmatch_lines([
         "*test_wrong_reduction_fails_the_test*",
         "*all_reduce returned wrong values on 4 ranks (gloo, float32); #wrong = 1:",

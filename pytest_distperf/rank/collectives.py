@@ -13,6 +13,8 @@ Each op is one setup function in :data:`SETUPS`.  Replies are
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -229,13 +231,35 @@ def bench_on_rank(spec: BenchSpec) -> list[SizeOutcome]:
         set_phase(f"{phase}: allocating")
         ctx = _Ctx(spec.op, rank, n, count, dtype, device)
         case = SETUPS[spec.op](ctx)
+        started = time.perf_counter()
         samples, controls = time_with_control(case.run, warmup=spec.warmup, iters=spec.iters,
                                               phase=phase, control=spec.control)
+        more = extra_iters(spec, time.perf_counter() - started, device)
+        if more:
+            extra = time_with_control(case.run, warmup=0, iters=more, phase=f"{phase} (more)",
+                                      control=spec.control)
+            samples, controls = samples + extra[0], controls + extra[1]
         set_phase(f"{phase}: checking the result")
         wrong, first = _check(ctx, case)
         out.append(SizeOutcome(tuple(samples), wrong, first, tuple(controls)))
         del case
     return out
+
+
+def extra_iters(spec: BenchSpec, took_s: float, device: Any) -> int:
+    """How many more timed calls fill the size's ``min_time_s`` (at most ``max_iters`` in
+    all), from how long the first ``warmup + iters`` took on the slowest rank: every rank
+    gets the same figure (an all-reduce of it), so that all make the same calls."""
+    if spec.min_time_s <= 0 or spec.max_iters <= spec.iters:
+        return 0
+    import torch
+    import torch.distributed as dist
+
+    slowest = torch.tensor([took_s], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    per_call = float(slowest.item()) / max(1, spec.warmup + spec.iters)
+    wanted = math.ceil(spec.min_time_s / per_call) if per_call > 0 else spec.max_iters
+    return max(0, min(wanted, spec.max_iters) - spec.iters)
 
 
 def pairs_on_rank(count: int, dtype: str, warmup: int, iters: int) -> PairOutcome:
