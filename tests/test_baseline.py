@@ -366,6 +366,24 @@ def test_too_noisy_to_tell_is_inconclusive_with_the_figures() -> None:
     assert "sample spread" in decide(stored(), window(scaled(1.8, wide)), can_confirm=False)[2]
 
 
+def test_a_metric_that_always_spreads_is_judged_against_its_own_spread() -> None:
+    wide = (0.010,) * 8 + (0.025,) * 12  # like a gloo all-reduce's calls, quiet or not
+    assert bl.spread(wide, False) == pytest.approx(1.5)  # > SPREAD_LIMIT
+    base = stored(wide)
+    assert bl.spread_limit([wide], False) == pytest.approx(
+        bl.SPREAD_RATIO * bl.spread(wide, False))
+    assert bl.spread_limit([TIMES, TIMES], False) == bl.SPREAD_LIMIT  # a steady metric's
+    assert bl.spread_limit([], False) == bl.SPREAD_LIMIT
+    # as spread as ever and twice as slow: a regression, not "too noisy to tell"
+    verdict, _, detail, _ = decide(base, *[window(scaled(2.0, wide))] * REG)
+    assert verdict == bl.REGRESSED, detail
+    assert decide(base, window(wide), can_confirm=False)[0] == bl.UNCHANGED
+    # far past its usual spread (another process's time slices): too noisy all the same
+    wider = (0.018,) * 4 + (0.09,) * 16
+    verdict, _, detail, _ = decide(base, window(wider), can_confirm=False)
+    assert verdict == bl.INCONCLUSIVE and "sample spread" in detail
+
+
 def test_not_statistically_clear_is_inconclusive() -> None:
     base = stored((0.010,) * 5 + (1.0,) * 15)  # fast estimate, but most samples slow
     verdict, _, detail, _ = decide(base, *[window(TIMES)] * REG)
@@ -494,6 +512,21 @@ def test_saving_keeps_the_best_window(tmp_path: Path) -> None:
     assert noisy.wanted() == []
     (v,) = noisy.verdicts()
     assert "saved from a noisy measurement (CPU wait 60% > 25%)" in v.detail
+
+
+def test_a_save_judges_a_spread_against_its_own_measurements() -> None:
+    """A metric whose every measurement spreads past SPREAD_LIMIT (a gloo all-reduce's
+    calls) is saved from SAVE_WINDOWS quiet measurements, not flagged noisy and measured
+    SAVE_MAX_WINDOWS times; one that spreads far past its siblings is still noisy."""
+    wide = (0.010,) * 8 + (0.025,) * 12  # spread 150%
+    j = judgement(None, Metric("w.time_s", 0.025, "s", False, wide), save=True)
+    for _ in range(1, bl.SAVE_WINDOWS):
+        j.add_window("measure(w)", [Metric("w.time_s", 0.025, "s", False, wide)], QUIET)
+    assert j.wanted() == []
+    (v,) = j.verdicts()
+    assert v.verdict == bl.SAVED and "noisy" not in v.detail
+    assert j.trusted("w.time_s", bl.Window(0.025, wide, QUIET))
+    assert not j.trusted("w.time_s", bl.Window(0.09, (0.010,) * 4 + (0.09,) * 16, QUIET))
 
 
 def test_saving_keeps_the_median_window_of_a_fraction() -> None:

@@ -48,6 +48,8 @@ _EXPORTS = {
     "CONTROL_PAUSE_S": "pytest_distperf.verdict.rule",
     "CONTROL_SCREEN_FRACTION": "pytest_distperf.verdict.rule",
     "SLOPE_ERROR": "pytest_distperf.verdict.rule",
+    "SPREAD_LIMIT": "pytest_distperf.verdict.rule",
+    "SPREAD_RATIO": "pytest_distperf.verdict.rule",
     "CONTROL_WINDOWS": "pytest_distperf.verdict.rule",
     "DECISION_FRACTION": "pytest_distperf.verdict.rule",
     "MAX_ROUNDS": "pytest_distperf.verdict.rule",
@@ -63,6 +65,7 @@ _EXPORTS = {
     "decide": "pytest_distperf.verdict.rule",
     "decide_exact": "pytest_distperf.verdict.rule",
     "noise_reasons": "pytest_distperf.verdict.rule",
+    "spread_limit": "pytest_distperf.verdict.rule",
     # stats
     "EXACT_PAIRS": "pytest_distperf.verdict.stats",
     "estimate": "pytest_distperf.verdict.stats",
@@ -109,6 +112,8 @@ __all__ = [
     "SAVE_WINDOWS",
     "SCHEMA_VERSION",
     "SLOPE_ERROR",
+    "SPREAD_LIMIT",
+    "SPREAD_RATIO",
     "UNCHANGED",
     "VERDICT_ORDER",
     "Assessment",
@@ -141,6 +146,7 @@ __all__ = [
     "settle",
     "split_nodeid",
     "spread",
+    "spread_limit",
 ]
 
 

@@ -47,6 +47,7 @@ from pytest_distperf.verdict.rule import (
     make_verdict,
     noise_reasons,
     pooled,
+    spread_limit,
 )
 from pytest_distperf.verdict.stats import estimate, selection_figure, spread
 from pytest_distperf.verdict.store import (
@@ -130,8 +131,12 @@ class Judgement:
         return carries_control(metric.is_fraction, self.windows[name])
 
     def trusted(self, name: str, window: Window) -> bool:
+        """Whether a measurement is quiet enough to keep, its spread judged against the
+        metric's other measurements in this run (:func:`~.rule.spread_limit`)."""
         metric = self.metrics[name]
-        return not noise_reasons(window, metric.higher_is_better, metric.is_fraction)
+        limit = spread_limit([w.samples for w in self.windows[name]], metric.higher_is_better,
+                             metric.is_fraction)
+        return not noise_reasons(window, metric.higher_is_better, metric.is_fraction, limit)
 
     def verdicts(self) -> list[Verdict]:
         """One verdict per metric (the unusable ones first), a step time checked against its
@@ -318,7 +323,9 @@ class Save(Judgement):
         metric = self.metrics[name]
         window = self._save_window(name)
         new = self._to_store(name, window)
-        noisy = noise_reasons(window, new.higher_is_better, new.is_fraction)
+        limit = spread_limit([w.samples for w in self.windows[name]], new.higher_is_better,
+                             new.is_fraction)
+        noisy = noise_reasons(window, new.higher_is_better, new.is_fraction, limit)
         count = len(self.windows[name])
         detail = (f"{count} measurement(s) pooled, with the host-speed control"
                   if new.control else f"median of {count} measurement(s)"
