@@ -203,7 +203,7 @@ def describe(run: dict[str, Any]) -> str:
 
 def summarize(runs: list[dict[str, Any]]) -> list[str]:
     lines = []
-    compares = [r for r in runs if not r["save"]]
+    compares = [r for r in runs if not r["save"] and not r.get("bare")]
     for name in METRICS:
         judged = [r for r in compares if name in r]
         if not judged:
@@ -246,6 +246,12 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
         lines.append(f"host-speed control vs the baseline's: median "
                      f"{statistics.median(hosts):+.1%}, range {min(hosts):+.1%} to "
                      f"{max(hosts):+.1%}")
+    bare = [r["seconds"] for r in runs if r.get("bare")]
+    clean = [r["seconds"] for r in compares if r["extra"] == 0]
+    if bare and clean:
+        lines.append(f"cost: a clean compare run {statistics.median(clean):.1f} s (median) "
+                     f"against {statistics.median(bare):.1f} s with no baseline file "
+                     f"({statistics.median(clean) / statistics.median(bare):.2f}x)")
     if errors:
         lines.append(f"errors: {len(errors)} runs (see --json)")
     return lines
@@ -306,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="re-save while the saved baseline is flagged noisy (default 3)")
     parser.add_argument("--save-pause", type=float, default=20.0,
                         help="seconds to wait before re-saving a noisy baseline")
+    parser.add_argument("--bare", type=int, default=2,
+                        help="runs with no baseline file first, the cost reference (default 2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hog", type=float, default=0.0, metavar="DUTY",
                         help="also run a noisy neighbour: one process that keeps a CPU busy "
@@ -354,6 +362,13 @@ def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, A
         project = Path(tmp)
         (project / "test_vq.py").write_text(TEST_FILE)
         (project / "conftest.py").write_text("")
+        # The cost reference: the same test with no baseline file yet (nothing to judge, no
+        # re-measurement), against which a clean compare run's time is set.
+        for _ in range(args.bare):
+            bare = run_pytest(project, 0.0, False, args.reps, not args.no_plain)
+            bare["bare"] = True
+            runs.append(bare)
+            print(f"no baseline yet (the cost reference): {bare['seconds']:.1f} s", flush=True)
         for block in range(args.blocks):
             # As the plugin advises: a baseline saved from a noisy measurement is re-saved
             # (after a pause) on a quieter machine, at most --save-attempts times.
