@@ -160,8 +160,8 @@ class DistGroup:
         values raise :class:`~pytest_distperf.collectives.WrongResultError`.
         On CPU ranks each timed call is followed by the host-speed control, as in
         :meth:`measure`, and the verdict judges the bandwidth with it (``control=False``: the
-        plain rule, which false-alarmed in 17 of 30 clean runs of a gloo all-reduce on a
-        2-core runner, against 1 of 30 with the control; benchmarks/verdict_quality.md).
+        plain rule, which caught 2 of 10 10% slowdowns of a gloo all-reduce on a 2-core
+        runner, against 9 of 10 with the control; benchmarks/verdict_quality.md, R22).
         """
         __tracebackhide__ = True
         from pytest_distperf import collectives, hardware
