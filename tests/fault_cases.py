@@ -243,6 +243,24 @@ def start_held_run(pytester: Any, out: Path, hold: float,
     return proc, json.loads((out / "pids.json").read_text())
 
 
+def threads_taking(pid: int, signals: Any) -> list[str]:
+    """The threads of ``pid`` other than its main one that do not block all of ``signals``
+    (``name (tid)``), from ``/proc/<pid>/task/*/status``."""
+    wanted = sum(1 << (int(s) - 1) for s in signals)
+    out = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        if int(tid) == pid:
+            continue
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:  # the thread ended
+            continue
+        if int(fields["SigBlk"], 16) & wanted != wanted:
+            out.append(f"{fields['Name'].strip()} ({tid})")
+    return out
+
+
 def stop_held_run(proc: subprocess.Popen[bytes], sig: int,
                   timeout_s: float = 60.0) -> tuple[int, str]:
     """Send ``sig`` to a held run and wait for it to end: (its exit code, its output).
