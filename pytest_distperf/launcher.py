@@ -37,7 +37,6 @@ import cloudpickle
 from pytest_distperf import leftovers
 from pytest_distperf.rank import worker
 from pytest_distperf.ranklogs import RankLogs
-from pytest_distperf.signals import main_thread_only
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
 ERROR_GRACE_S = 3.0
@@ -171,12 +170,10 @@ class RankPool:
         sock.listen(max(128, self.world_size * 4))
         self._sock = sock
         port = sock.getsockname()[1]
-        with main_thread_only():  # its server thread leaves Ctrl-C to the main thread
-            self._store = dist.TCPStore(  # type: ignore[attr-defined]
-                "127.0.0.1", port, is_master=True, master_listen_fd=sock.fileno(),
-                wait_for_workers=False,
-                timeout=datetime.timedelta(seconds=self.startup_timeout_s),
-            )
+        self._store = dist.TCPStore(  # type: ignore[attr-defined]
+            "127.0.0.1", port, is_master=True, master_listen_fd=sock.fileno(),
+            wait_for_workers=False, timeout=datetime.timedelta(seconds=self.startup_timeout_s),
+        )
         ctx = mp.get_context("spawn")
         threads = threads_per_rank(self.world_size)
         for rank in range(self.world_size):

@@ -150,15 +150,11 @@ class DistperfSession:
     # -- resolution (imports torch) -------------------------------------------------------
     def resolve(self) -> None:
         """Pick world size and backend from the devices present; UsageError when impossible."""
-        from pytest_distperf.signals import main_thread_only
+        import torch
 
-        with main_thread_only():  # the threads torch starts leave Ctrl-C to the main thread
-            import torch
-            import torch.distributed
-
-            cuda = torch.cuda.is_available()
-            self.visible_gpus = torch.cuda.device_count() if cuda else 0
         cfg = self.cfg
+        cuda = torch.cuda.is_available()
+        self.visible_gpus = torch.cuda.device_count() if cuda else 0
         if self.mode == "torchrun":
             backend = cfg.backend
             if backend == "auto":

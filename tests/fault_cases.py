@@ -8,13 +8,14 @@ Each fault runs on rank 1 of a 2-rank gloo pool; rank 0 does what a correct rank
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,23 @@ def test_hold_the_group(nccl_group):
 '''
 
 
+@contextlib.contextmanager
+def _sigint_not_ignored() -> Iterator[None]:
+    """Start the held run with SIGINT as a terminal's Ctrl-C finds it.  A shell starts
+    background jobs with SIGINT ignored (``nohup pytest ... &``), a child inherits an ignored
+    signal across exec, and Python then installs no KeyboardInterrupt handler: the SIGINT
+    case slept on, three times, when this suite ran in the background.  A handled signal is
+    reset to its default in the child."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def start_held_run(pytester: Any, out: Path, hold: float,
                    gpus: str = "2") -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """Start pytest on :data:`HELD_TEST`; its process and what the test reported."""
@@ -228,11 +246,12 @@ def start_held_run(pytester: Any, out: Path, hold: float,
     env = dict(os.environ, DISTPERF_TEST_OUT=str(out), DISTPERF_TEST_HOLD=str(hold),
                PYTHONPATH=os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
                PYTHONFAULTHANDLER="1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--gpus", gpus,
-         str(test_file)],
-        cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
+    with _sigint_not_ignored():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--gpus",
+             gpus, str(test_file)],
+            cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 120
     while not (out / "pids.json").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -241,24 +260,6 @@ def start_held_run(pytester: Any, out: Path, hold: float,
             pytest.fail(f"the held run did not report its pids:\n{output}")
         time.sleep(0.2)
     return proc, json.loads((out / "pids.json").read_text())
-
-
-def threads_taking(pid: int, signals: Any) -> list[str]:
-    """The threads of ``pid`` other than its main one that do not block all of ``signals``
-    (``name (tid)``), from ``/proc/<pid>/task/*/status``."""
-    wanted = sum(1 << (int(s) - 1) for s in signals)
-    out = []
-    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
-        if int(tid) == pid:
-            continue
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:  # the thread ended
-            continue
-        if int(fields["SigBlk"], 16) & wanted != wanted:
-            out.append(f"{fields['Name'].strip()} ({tid})")
-    return out
 
 
 def stop_held_run(proc: subprocess.Popen[bytes], sig: int,
