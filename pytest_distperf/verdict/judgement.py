@@ -130,13 +130,17 @@ class Judgement:
         metric = self.metrics[name]
         return carries_control(metric.is_fraction, self.windows[name])
 
-    def trusted(self, name: str, window: Window) -> bool:
-        """Whether a measurement is quiet enough to keep, its spread judged against the
-        metric's other measurements in this run (:func:`~.rule.spread_limit`)."""
+    def noise_of(self, name: str, window: Window) -> list[str]:
+        """Why a measurement is too noisy to keep (empty: it is quiet enough), its spread
+        judged against the metric's other measurements in this run
+        (:func:`~.rule.spread_limit`)."""
         metric = self.metrics[name]
         limit = spread_limit([w.samples for w in self.windows[name]], metric.higher_is_better,
                              metric.is_fraction)
-        return not noise_reasons(window, metric.higher_is_better, metric.is_fraction, limit)
+        return noise_reasons(window, metric.higher_is_better, metric.is_fraction, limit)
+
+    def trusted(self, name: str, window: Window) -> bool:
+        return not self.noise_of(name, window)
 
     def verdicts(self) -> list[Verdict]:
         """One verdict per metric (the unusable ones first), a step time checked against its
@@ -323,9 +327,7 @@ class Save(Judgement):
         metric = self.metrics[name]
         window = self._save_window(name)
         new = self._to_store(name, window)
-        limit = spread_limit([w.samples for w in self.windows[name]], new.higher_is_better,
-                             new.is_fraction)
-        noisy = noise_reasons(window, new.higher_is_better, new.is_fraction, limit)
+        noisy = self.noise_of(name, window)
         count = len(self.windows[name])
         detail = (f"{count} measurement(s) pooled, with the host-speed control"
                   if new.control else f"median of {count} measurement(s)"
