@@ -96,6 +96,7 @@ class DistperfConfig:
     json_path: Path | None = None
     trace_dir: Path | None = None
     strict: bool = False
+    same_ranks: bool = False  # re-measure on the pool's own ranks, never on fresh ones
     tolerance: float = DEFAULT_TOLERANCE  # of the baseline comparison; marker/baselines override
     exact_tolerance: float = DEFAULT_EXACT_TOLERANCE  # of exact metrics, absolute
 

@@ -24,9 +24,10 @@ from pytest_distperf.records import (
     Remeasure,
 )
 
-#: ``recorder(label, metrics, result, remeasure)``: ``remeasure()`` repeats the measurement on
-#: the same ranks and returns fresh metrics of the same names (used to confirm a regression).
-Recorder = Callable[[str, Sequence[Metric], Any, "Remeasure | None"], None]
+#: ``recorder(label, metrics, result, remeasure, fresh_ranks)``: ``remeasure()`` repeats the
+#: measurement and returns fresh metrics of the same names (used to confirm a regression);
+#: ``fresh_ranks``: it may do so on freshly started ranks (it sets up all it needs).
+Recorder = Callable[[str, Sequence[Metric], Any, "Remeasure | None", bool], None]
 Checked = TypeVar("Checked", CollectiveResult, PairMatrix)
 
 
@@ -100,14 +101,16 @@ class DistGroup:
         return self._engine.execute(fn, args, kwargs, size, label)
 
     def record(self, label: str, metrics: Sequence[Metric], result: Any = None,
-               remeasure: Remeasure | None = None) -> None:
+               remeasure: Remeasure | None = None, *, fresh_ranks: bool = False) -> None:
         """Hand metrics (and the result they came from) to the test's verdict.
 
         ``remeasure``, when given, repeats the measurement and returns fresh metrics; the
         verdict calls it to confirm a suspected regression before failing the test.
+        ``fresh_ranks=True`` says that it sets up everything it needs, so that the verdict
+        may run it on freshly started ranks (docs/baselines.md, "fresh ranks").
         """
         if self._recorder is not None:
-            self._recorder(label, metrics, result, remeasure)
+            self._recorder(label, metrics, result, remeasure, fresh_ranks)
 
     @property
     def device_model(self) -> str:
@@ -239,7 +242,8 @@ class DistGroup:
         except collectives.WrongResultError as exc:
             self.record(label, [], exc.result)
             raise
-        self.record(label, result.metrics(), result, lambda: checked().metrics())
+        self.record(label, result.metrics(), result, lambda: checked().metrics(),
+                    fresh_ranks=True)
         return result
 
 

@@ -8,7 +8,8 @@ Two engines with one method, ``execute(fn, args, kwargs, size, label) -> list``:
   A call that raises on a rank comes back as :class:`RankError` with the rank's traceback; a
   call that outlives its timeout comes back as :class:`RankTimeout` naming the ranks that did
   not finish, what each was doing and their Python stacks; then the pool is killed and the
-  next call spawns a fresh one.
+  next call spawns a fresh one.  :meth:`RankPool.routed_to` sends the calls to another pool
+  for a while (fresh ranks to repeat a measurement on), leaving this one as it is.
 * :class:`TorchrunEngine` uses the group torchrun built: ``fn`` runs on this rank and the
   results are gathered with ``all_gather_object``.
 """
@@ -28,7 +29,7 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from typing import Any, NoReturn, Protocol, TypeVar
 
@@ -141,6 +142,7 @@ class RankPool:
         self._logs: RankLogs | None = None
         self._store: Any = None
         self._sock: socket.socket | None = None
+        self._route: RankPool | None = None  # routed_to(): the pool that takes the calls
         atexit.register(self.close)
 
     # -- life cycle -----------------------------------------------------------------------
@@ -149,7 +151,28 @@ class RankPool:
         return bool(self._procs) and all(p.is_alive() for p in self._procs)
 
     def pids(self) -> list[int]:
+        """The ranks' process ids (those of the pool the calls are routed to, if any)."""
+        if self._route is not None:
+            return self._route.pids()
         return [p.pid for p in self._procs if p.pid is not None]
+
+    def sibling(self) -> RankPool:
+        """A new pool, not started, of the same size, backend, devices and time limits."""
+        return RankPool(self.world_size, self.backend, device_offset=self.device_offset,
+                        timeout_s=self.timeout_s, startup_timeout_s=self.startup_timeout_s)
+
+    @contextlib.contextmanager
+    def routed_to(self, other: RankPool) -> Iterator[None]:
+        """Send every call (and :meth:`pids`) to ``other`` for the duration: a measurement
+        that sets up all it needs is repeated on fresh ranks, while this pool, and whatever
+        earlier calls left on its ranks, stays as it is."""
+        if other is self:
+            raise ValueError("a pool cannot be routed to itself")
+        self._route = other
+        try:
+            yield
+        finally:
+            self._route = None
 
     @property
     def folder(self) -> str | None:
@@ -247,6 +270,8 @@ class RankPool:
         timeout_s: float | None = None,
     ) -> list[Any]:
         __tracebackhide__ = True
+        if self._route is not None:
+            return self._route.execute(fn, args, kwargs, size, label, timeout_s)
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as exc:

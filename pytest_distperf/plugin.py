@@ -63,6 +63,10 @@ HELP_TIMEOUT = (f"longest any one call on the ranks may take before they are dec
 HELP_JSON = "write a machine-readable report of every result and verdict to PATH"
 HELP_TRACE = "folder for merged multi-rank traces written by dist_profiler"
 HELP_STRICT = "treat inconclusive verdicts (too noisy to tell) as failures"
+HELP_SAME_RANKS = ("repeat bench() and ddp_step_timer measurements (a save's, a "
+                   "confirmation's) on the pool's own ranks; by default on CPU ranks each "
+                   "round of them runs on freshly started ones, so that one set of processes' "
+                   "speed does not decide a baseline or a verdict")
 HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
                   "marker's tolerance and the baseline file's thresholds table override it")
 HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per step) may move "
@@ -93,6 +97,7 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-json", "distperf_json", "str", HELP_JSON),
     ("--distperf-trace", "distperf_trace", "str", HELP_TRACE),
     ("--distperf-strict", "distperf_strict", "flag", HELP_STRICT),
+    ("--distperf-same-ranks", "distperf_same_ranks", "flag", HELP_SAME_RANKS),
     ("--distperf-tolerance", "distperf_tolerance", "str", HELP_TOLERANCE),
     ("--distperf-exact-tolerance", "distperf_exact_tolerance", "str", HELP_EXACT_TOLERANCE),
 )
@@ -188,6 +193,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         json_path=values.get("distperf_json"),
         trace_dir=values.get("distperf_trace"),
         strict=values.get("distperf_strict", False),
+        same_ranks=values.get("distperf_same_ranks", False),
         tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
         exact_tolerance=values.get("distperf_exact_tolerance", DEFAULT_EXACT_TOLERANCE),
     )
@@ -457,9 +463,9 @@ def make_group(request: pytest.FixtureRequest) -> tuple[Any, TestLimits]:
             f"ranks of this run; run with --gpus {size} or more", pytrace=False)
 
     def recorder(label: str, metrics: Sequence[Metric], result: Any,
-                 remeasure: Remeasure | None = None) -> None:
+                 remeasure: Remeasure | None = None, fresh_ranks: bool = False) -> None:
         session.add_measurement(item, size, Measurement(label, tuple(metrics), result,
-                                                        remeasure))
+                                                        remeasure, fresh_ranks))
 
     # Start the pool now, before the test body: the noise probe of the test call needs the
     # ranks' pids at its start, and a pool spawning inside a measured window is noise itself.

@@ -211,13 +211,18 @@ Remeasure = Callable[[], Sequence[Metric]]
 class Measurement:
     """One measurement a fixture made in a test: its metrics, the typed result they came
     from (a :class:`CollectiveResult`, :class:`StepTiming`, ...; None for bare metrics) and
-    how to repeat it (None: it cannot be), which the verdict uses to confirm a change."""
+    how to repeat it (None: it cannot be), which the verdict uses to confirm a change.
+
+    ``fresh_ranks``: the re-measurement sets up everything it needs (a ``bench``, a
+    ``ddp_step_timer`` step), so it may run on freshly started ranks rather than on the
+    pool's own, whose offset it would share (docs/baselines.md, "fresh ranks")."""
 
     label: str
     metrics: tuple[Metric, ...]
     result: Any = None
     remeasure: Remeasure | None = dataclasses.field(
         default=None, repr=False, compare=False, metadata={"transient": True})
+    fresh_ranks: bool = False
 
 
 def distinct(measurement: Measurement, earlier: Sequence[Measurement]) -> Measurement:
@@ -238,7 +243,8 @@ def distinct(measurement: Measurement, earlier: Sequence[Measurement]) -> Measur
 
     remeasure = measurement.remeasure
     again = None if remeasure is None else (lambda: rename(remeasure()))
-    return Measurement(label, tuple(rename(measurement.metrics)), measurement.result, again)
+    return Measurement(label, tuple(rename(measurement.metrics)), measurement.result, again,
+                       measurement.fresh_ranks)
 
 
 def _first_free(name: str, taken: set[str]) -> str:

@@ -10,12 +10,13 @@ it checks the thresholds and compares with (or saves) the baselines
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -359,18 +360,57 @@ class DistperfSession:
         return list(self.engine.execute(_echo, (labels,), {}, self.engine.world_size,
                                         "distperf: agreeing on re-measurements")[0])
 
-    def _remeasure(self, record: TestRecord) -> Callable[[str], Remeasured]:
-        """``remeasure(label)`` for :func:`~pytest_distperf.verdict.judgement.settle`: the
-        test's own measurement, repeated under the noise probe."""
-        callables = {m.label: m.remeasure for m in record.measurements
-                     if m.remeasure is not None}
+    def _fresh_ranks(self) -> bool:
+        """Whether re-measurements that allow it run on fresh ranks: a spawned pool of CPU
+        ranks (a second set of processes on the same GPUs would share them, and torchrun's
+        group is the job's), unless --distperf-same-ranks."""
+        return not self.cfg.same_ranks and self.mode == "spawned" and self.device_type == "cpu"
+
+    def _remeasure(self, item: pytest.Item, record: TestRecord
+                   ) -> tuple[Callable[[str], Remeasured],
+                              Callable[[list[str]], contextlib.AbstractContextManager[float]]]:
+        """``remeasure(label)`` and ``each_round(labels)`` for
+        :func:`~pytest_distperf.verdict.judgement.settle`: the test's own measurement,
+        repeated under the noise probe; a measurement that sets up all it needs
+        (``Measurement.fresh_ranks``) on a pool of fresh ranks started for the round, which
+        leaves the session's pool, and what earlier calls left on its ranks, as it was.  Each
+        set of rank processes runs at its own speed, a few percent apart, however long it is
+        measured (docs/baselines.md, "fresh ranks")."""
+        measurements = {m.label: m for m in record.measurements if m.remeasure is not None}
+        side: list[Any] = []  # this round's fresh pool, if it has one
+
+        @contextlib.contextmanager
+        def each_round(labels: list[str]) -> Iterator[float]:
+            started = time.monotonic()
+            if self._fresh_ranks() and any(
+                    m.fresh_ranks for m in map(measurements.get, labels) if m is not None):
+                from pytest_distperf.launcher import RankError
+
+                pool = self.engine.sibling()
+                try:
+                    pool.start()
+                    side.append(pool)
+                except (RankError, OSError) as exc:
+                    item.warn(pytest.PytestWarning(
+                        f"distperf: fresh ranks to re-measure on did not start ({exc}); "
+                        "re-measured on the pool's own ranks"))
+            try:
+                yield time.monotonic() - started
+            finally:
+                while side:
+                    side.pop().close()
 
         def remeasure(label: str) -> Remeasured:
-            start = self.noise_snapshot()
-            fresh: list[Metric] = list(callables[label]())
-            return fresh, self.noise_since(start)
+            measurement = measurements[label]
+            again = measurement.remeasure
+            assert again is not None
+            with (self.engine.routed_to(side[0]) if side and measurement.fresh_ranks
+                  else contextlib.nullcontext()):
+                start = self.noise_snapshot()
+                fresh: list[Metric] = list(again())
+                return fresh, self.noise_since(start)
 
-        return remeasure
+        return remeasure, each_round
 
     def _baseline_verdicts(self, item: pytest.Item, record: TestRecord, limits: TestLimits,
                            noise_window: noise.NoiseFigures | None) -> list[str]:
@@ -398,7 +438,8 @@ class DistperfSession:
                 environment=limits.environment, first_noise=noise_window,
                 tolerance=limits.tolerance, baseline=limits.file, test=test,
                 exact_tolerance=limits.exact_tolerance)
-        settle(judgement, self._remeasure(record), agree=self._agree, sleep=time.sleep)
+        remeasure, each_round = self._remeasure(item, record)
+        settle(judgement, remeasure, agree=self._agree, sleep=time.sleep, each_round=each_round)
         if not self.is_reporter:
             return []
         if limits.file_error:

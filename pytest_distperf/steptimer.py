@@ -117,7 +117,7 @@ class DDPStepTimer:
 
         timing = once()
         self._group.record(label, step_metrics(timing, prefix), timing,
-                           lambda: step_metrics(once(), prefix))
+                           lambda: step_metrics(once(), prefix), fresh_ranks=True)
         return timing
 
     # -- a scaling curve --------------------------------------------------------------------
@@ -157,7 +157,8 @@ class DDPStepTimer:
         result = once()
         self._group.record(f"ddp_step_timer.scaling({prefix}{mode})",
                            scaling_metrics(result, prefix, self._limits), result,
-                           lambda: scaling_metrics(once(), prefix, self._limits))
+                           lambda: scaling_metrics(once(), prefix, self._limits),
+                           fresh_ranks=True)
         return result
 
     # -- helpers ----------------------------------------------------------------------------

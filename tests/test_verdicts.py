@@ -27,6 +27,9 @@ else:  # pragma: no cover
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 RUN = ("--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA")
+#: Measurements of a save of a controlled metric (read here: the verdict's rule imports numpy,
+#: which cannot be imported again after a pytester run has unloaded it)
+CONTROL_WINDOWS = bl.CONTROL_WINDOWS
 
 NAPS = textwrap.dedent("""
     import os
@@ -350,7 +353,9 @@ def test_every_bench_call_of_one_op_is_judged_and_confirmed_on_its_own(
 
     monkeypatch.setenv("SLOW_FIRST", "1")
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}")
+    # the slowdown is installed on the pool's ranks by run(): fresh ranks would not have it
+    result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}",
+                                           "--distperf-same-ranks")
     (test,) = json.loads(report.read_text())["tests"]
     assert [r["label"] for r in test["results"]] == [
         "bench(all_reduce)", "bench(all_reduce)#2", "bench(all_reduce)#3"]
@@ -505,3 +510,53 @@ def test_a_slower_step_is_judged_by_the_part_that_grew(
     assert step["verdict"] == bl.REGRESSED, step
     assert "exposed communication" in step["explanation"], step
     assert "exposed communication unchanged" not in step["explanation"], step
+
+
+FRESH_RANKS = textwrap.dedent("""
+    import os
+    import sys
+    from pathlib import Path
+
+    import torch
+
+
+    def model():  # built on the ranks at every measurement: note which process built it
+        Path(os.environ["PIDS"], str(os.getpid())).touch()
+        return torch.nn.Linear(16, 16)
+
+
+    def keep(value):  # on the rank process, for the session (not in this module's
+        sys.distperf_kept = value  # globals: the test module is shipped anew with each call)
+
+
+    def kept():
+        return getattr(sys, "distperf_kept", None)
+
+
+    def test_step(ddp_step_timer, nccl_group):
+        nccl_group.run(keep, "set up by the test")
+        ddp_step_timer(model, lambda rank: torch.randn(4, 16), steps=5, warmup=1)
+
+
+    def test_the_pool_keeps_what_earlier_calls_left(nccl_group):
+        assert nccl_group.run(kept) == ["set up by the test"] * 2
+""")
+
+
+@pytest.mark.parametrize("same_ranks", [False, True], ids=["fresh", "same"])
+def test_a_save_measures_a_step_again_on_fresh_ranks(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, same_ranks: bool) -> None:
+    """A save measures a controlled metric six times.  On CPU ranks every re-measurement of
+    a ddp_step_timer step runs on a pool of fresh ranks, started for it and closed after (a
+    set of processes runs a few percent faster or slower than another for as long as it
+    lives); the session's own pool, and what the test left on its ranks, stay.
+    --distperf-same-ranks keeps them all on the pool's ranks."""
+    pytester.makepyfile(test_fresh=FRESH_RANKS)
+    pids = pytester.mkdir("pids")
+    monkeypatch.setenv("PIDS", str(pids))
+    args = ["--distperf-same-ranks"] if same_ranks else []
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS, *args)
+    result.assert_outcomes(passed=2)
+    builders = {p.name for p in pids.iterdir()}
+    # two ranks per set of processes: the pool's own, and one fresh set per re-measurement
+    assert len(builders) == (2 if same_ranks else 2 * CONTROL_WINDOWS), builders

@@ -10,6 +10,7 @@ own measurements and the noise probe).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -386,23 +387,32 @@ def exact_family(name: str) -> str:
     return f"{head}comm.#{number}" if number else f"{head}comm."
 
 
+def _ready(labels: list[str]) -> contextlib.AbstractContextManager[float]:
+    return contextlib.nullcontext(0.0)
+
+
 def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], *,
            agree: Callable[[list[str]], list[str]] = list,
-           sleep: Callable[[float], None] = time.sleep) -> None:
+           sleep: Callable[[float], None] = time.sleep,
+           each_round: Callable[[list[str]], contextlib.AbstractContextManager[float]]
+           = _ready) -> None:
     """Re-measure what ``judgement`` wants until it wants nothing (``MAX_ROUNDS`` at most).
 
     ``remeasure(label)`` repeats the measurement ``label`` and returns its fresh metrics with
     the noise probe's figures; ``agree(labels)`` makes every process of a job agree on what to
     re-measure (under torchrun every rank must take part, and only rank 0 has a judgement:
-    ``judgement`` is None on the others).
+    ``judgement`` is None on the others).  ``each_round(labels)`` is entered around each
+    round of re-measurements (the plugin starts fresh ranks in it) and gives the seconds it
+    took to get ready, which count towards the pause before the round.
     """
     for _ in range(MAX_ROUNDS):
         labels = agree(judgement.wanted() if judgement is not None else [])
         if not labels:
             return
-        if judgement is not None:
-            sleep(judgement.backoff())
-        for label in labels:
-            fresh, figures = remeasure(label)
+        with each_round(labels) as spent:
             if judgement is not None:
-                judgement.add_window(label, fresh, figures)
+                sleep(max(0.0, judgement.backoff() - spent))
+            for label in labels:
+                fresh, figures = remeasure(label)
+                if judgement is not None:
+                    judgement.add_window(label, fresh, figures)
