@@ -143,6 +143,7 @@ class DistperfSession:
         self.device_offset = 0
         self.visible_gpus = 0
         self._engine: Any = None
+        self._fresh_ranks_failed = False  # fresh ranks did not start: not tried again
         self.is_reporter = True
         self.is_xdist_worker = hasattr(config, "workerinput")
         self._environments: dict[int, Environment] = {}
@@ -363,8 +364,9 @@ class DistperfSession:
     def _fresh_ranks(self) -> bool:
         """Whether re-measurements that allow it run on fresh ranks: a spawned pool of CPU
         ranks (a second set of processes on the same GPUs would share them, and torchrun's
-        group is the job's), unless --distperf-same-ranks."""
-        return not self.cfg.same_ranks and self.mode == "spawned" and self.device_type == "cpu"
+        group is the job's), unless --distperf-same-ranks or they failed to start once."""
+        return (not self.cfg.same_ranks and not self._fresh_ranks_failed
+                and self.mode == "spawned" and self.device_type == "cpu")
 
     def _remeasure(self, item: pytest.Item, record: TestRecord
                    ) -> tuple[Callable[[str], Remeasured],
@@ -391,9 +393,10 @@ class DistperfSession:
                     pool.start()
                     side.append(pool)
                 except (RankError, OSError) as exc:
+                    self._fresh_ranks_failed = True
                     item.warn(pytest.PytestWarning(
                         f"distperf: fresh ranks to re-measure on did not start ({exc}); "
-                        "re-measured on the pool's own ranks"))
+                        "this session re-measures on the pool's own ranks"))
             try:
                 yield time.monotonic() - started
             finally:

@@ -347,6 +347,7 @@ class RecordingGroup:
         self.engine = SimpleNamespace(world_size=available)
         self.calls: list[tuple[str, int]] = []
         self.recorded: list[tuple[str, list, object, object]] = []
+        self.fresh_ranks: list[bool] = []  # whether each may be re-measured on fresh ranks
 
     def call(self, fn, args, kwargs, label, world_size=None):  # type: ignore[no-untyped-def]
         from pytest_distperf.records import RankStep
@@ -358,8 +359,10 @@ class RecordingGroup:
                          optimizer_s=(0.001,) * 3, step_s=(slow + 0.01,) * 3,
                          no_sync_step_s=(slow,) * 3, flops=self.flops) for r in range(size)]
 
-    def record(self, label, metrics, result=None, remeasure=None):  # type: ignore[no-untyped-def]
+    def record(self, label, metrics, result=None, remeasure=None,  # type: ignore[no-untyped-def]
+               *, fresh_ranks=False):
         self.recorded.append((label, list(metrics), result, remeasure))
+        self.fresh_ranks.append(fresh_ranks)
 
 
 def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
@@ -377,6 +380,7 @@ def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
     assert [m.name for m in again] == names
     assert again[0].value != metrics[0].value  # measured again, not replayed
     assert len(group.calls) == 2
+    assert group.fresh_ranks == [True]  # it sets up all it needs: fresh ranks can repeat it
 
     r = timer.scaling(lambda: None, lambda rank: None, world_sizes=(2, 1), steps=3)
     assert [size for _, size in group.calls[2:]] == [1, 2]

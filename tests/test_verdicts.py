@@ -543,20 +543,40 @@ FRESH_RANKS = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("same_ranks", [False, True], ids=["fresh", "same"])
+#: A conftest for the project of a run in which fresh ranks cannot start.
+NO_FRESH_RANKS = textwrap.dedent("""
+    from pytest_distperf import launcher
+
+
+    class Unstartable(launcher.RankPool):
+        def start(self):
+            raise launcher.RankError("no fresh ranks today")
+
+
+    def pytest_configure(config):
+        launcher.RankPool.sibling = lambda pool: Unstartable(pool.world_size, pool.backend)
+""")
+
+
+@pytest.mark.parametrize("how", ["fresh", "same", "unstartable"])
 def test_a_save_measures_a_step_again_on_fresh_ranks(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, same_ranks: bool) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     """A save measures a controlled metric six times.  On CPU ranks every re-measurement of
     a ddp_step_timer step runs on a pool of fresh ranks, started for it and closed after (a
     set of processes runs a few percent faster or slower than another for as long as it
     lives); the session's own pool, and what the test left on its ranks, stay.
-    --distperf-same-ranks keeps them all on the pool's ranks."""
+    --distperf-same-ranks keeps them all on the pool's ranks, and so does a failure to start
+    fresh ones, with a warning."""
     pytester.makepyfile(test_fresh=FRESH_RANKS)
+    if how == "unstartable":
+        pytester.makeconftest(NO_FRESH_RANKS)
     pids = pytester.mkdir("pids")
     monkeypatch.setenv("PIDS", str(pids))
-    args = ["--distperf-same-ranks"] if same_ranks else []
+    args = ["--distperf-same-ranks"] if how == "same" else []
     result = pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS, *args)
     result.assert_outcomes(passed=2)
     builders = {p.name for p in pids.iterdir()}
     # two ranks per set of processes: the pool's own, and one fresh set per re-measurement
-    assert len(builders) == (2 if same_ranks else 2 * CONTROL_WINDOWS), builders
+    assert len(builders) == (2 * CONTROL_WINDOWS if how == "fresh" else 2), builders
+    warned = "fresh ranks to re-measure on did not start (no fresh ranks today)"
+    assert result.stdout.str().count(warned) == (how == "unstartable")  # once a session
