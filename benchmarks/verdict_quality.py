@@ -74,37 +74,40 @@ TEST_FILE = textwrap.dedent('''
 #: A slow run makes every all-reduce VQ_EXTRA longer than it took: each rank, after the
 #: call, spins for VQ_EXTRA of the call's own time (a proportional slowdown of the timed
 #: call, whatever the host's speed; R17 sent VQ_EXTRA of the buffer once more instead,
-#: which cost 30-45%, not 10-20%).
+#: which cost 30-45%, not 10-20%).  The slowdown is installed by BENCH_HOOK, a
+#: ``sitecustomize`` on the ranks' path, so that every rank process has it from its start:
+#: the session's pool and the fresh ranks a re-measurement runs on (until R24 the test
+#: installed it with ``nccl_group.run``, on the session's ranks only).
 BENCH_FILE = textwrap.dedent('''
     import os
-    import time
-
-    import torch.distributed as dist
-
-    EXTRA = float(os.environ.get("VQ_EXTRA", "0"))
-    ORIGINAL = dist.all_reduce
-
-
-    def longer(*args, **kwargs):
-        start = time.perf_counter()
-        out = ORIGINAL(*args, **kwargs)
-        took = time.perf_counter() - start
-        end = time.perf_counter() + took * EXTRA
-        while time.perf_counter() < end:
-            pass
-        return out
-
-
-    def install():
-        if EXTRA:
-            dist.all_reduce = longer  # on this rank, for the rest of this pytest run
 
 
     def test_bench(nccl_group):
-        nccl_group.run(install)
         nccl_group.bench("all_reduce", ["4MiB"])
         if os.environ.get("VQ_PLAIN") == "1":
             nccl_group.bench("all_reduce", ["4MiB"], control=False)
+''')
+BENCH_HOOK = textwrap.dedent('''
+    import os
+
+    EXTRA = float(os.environ.get("VQ_EXTRA", "0"))
+    if EXTRA:
+        import time
+
+        import torch.distributed as dist
+
+        ORIGINAL = dist.all_reduce
+
+        def longer(*args, **kwargs):
+            start = time.perf_counter()
+            out = ORIGINAL(*args, **kwargs)
+            took = time.perf_counter() - start
+            end = time.perf_counter() + took * EXTRA
+            while time.perf_counter() < end:
+                pass
+            return out
+
+        dist.all_reduce = longer  # in every process started with this on its path
 ''')
 
 STEAL_COLUMN = 7
@@ -144,6 +147,9 @@ HOG = textwrap.dedent('''
 METRICS = ("matmul.time_s", "plain.time_s")
 KINDS = {"measure": (TEST_FILE, METRICS),
          "bench": (BENCH_FILE, ("all_reduce.4MiB.busbw_gbps", "all_reduce.4MiB.busbw_gbps#2"))}
+#: ``sitecustomize`` modules of a kind (see BENCH_HOOK), put on the path of every process
+HOOKS = {"bench": BENCH_HOOK}
+HOOK = ""
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
           "other_load", "spread", "host_change", "control_slope", "detail")
 
@@ -158,6 +164,9 @@ def run_pytest(project: Path, extra: float, save: bool, reps: int,
     if save:
         cmd.append("--distperf-save")
     env = dict(os.environ, VQ_EXTRA=str(extra), VQ_REPS=str(reps), VQ_PLAIN=str(int(plain)))
+    if (project / "hook").is_dir():  # every process, the ranks' included, starts with it
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(project / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])
     before, started = cpu_line(), time.monotonic()
     proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
                           check=False)
@@ -328,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                              "ddp_step_timer; profile: the same step's exact counts from "
                              "dist_profiler (the last two run benchmarks/ddp_verdicts.py)")
     args = parser.parse_args(argv)
-    global TEST_FILE, METRICS
+    global TEST_FILE, METRICS, HOOK
     TEST_FILE, METRICS = KINDS[args.kind]
+    HOOK = HOOKS.get(args.kind, "")
 
     rng = random.Random(args.seed)
     started = datetime.datetime.now().astimezone()
@@ -361,6 +371,9 @@ def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, A
     with tempfile.TemporaryDirectory(prefix="distperf-vq-") as tmp:
         project = Path(tmp)
         (project / "test_vq.py").write_text(TEST_FILE)
+        if HOOK:
+            (project / "hook").mkdir()
+            (project / "hook" / "sitecustomize.py").write_text(HOOK)
         (project / "conftest.py").write_text("")
         # The cost reference: the same test with no baseline file yet (nothing to judge, no
         # re-measurement), against which a clean compare run's time is set.
