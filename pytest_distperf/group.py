@@ -107,7 +107,7 @@ class DistGroup:
         ``remeasure``, when given, repeats the measurement and returns fresh metrics; the
         verdict calls it to confirm a suspected regression before failing the test.
         ``fresh_ranks=True`` says that it sets up everything it needs, so that the verdict
-        may run it on freshly started ranks (docs/baselines.md, "fresh ranks").
+        may run it on freshly started ranks (docs/baselines.md, item 9).
         """
         if self._recorder is not None:
             self._recorder(label, metrics, result, remeasure, fresh_ranks)
@@ -242,8 +242,7 @@ class DistGroup:
         except collectives.WrongResultError as exc:
             self.record(label, [], exc.result)
             raise
-        self.record(label, result.metrics(), result, lambda: checked().metrics(),
-                    fresh_ranks=True)
+        self.record(label, result.metrics(), result, lambda: checked().metrics())
         return result
 
 

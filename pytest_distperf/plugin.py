@@ -63,10 +63,10 @@ HELP_TIMEOUT = (f"longest any one call on the ranks may take before they are dec
 HELP_JSON = "write a machine-readable report of every result and verdict to PATH"
 HELP_TRACE = "folder for merged multi-rank traces written by dist_profiler"
 HELP_STRICT = "treat inconclusive verdicts (too noisy to tell) as failures"
-HELP_SAME_RANKS = ("repeat bench() and ddp_step_timer measurements (a save's, a "
-                   "confirmation's) on the pool's own ranks; by default on CPU ranks each "
-                   "round of them runs on freshly started ones, so that one set of processes' "
-                   "speed does not decide a baseline or a verdict")
+HELP_SAME_RANKS = ("repeat ddp_step_timer measurements (a save's, a confirmation's) on the "
+                   "pool's own ranks; by default on CPU ranks each round of them runs on "
+                   "freshly started ones, so that one set of processes' speed does not decide "
+                   "a baseline or a verdict")
 HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
                   "marker's tolerance and the baseline file's thresholds table override it")
 HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per step) may move "

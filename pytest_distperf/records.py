@@ -213,9 +213,9 @@ class Measurement:
     from (a :class:`CollectiveResult`, :class:`StepTiming`, ...; None for bare metrics) and
     how to repeat it (None: it cannot be), which the verdict uses to confirm a change.
 
-    ``fresh_ranks``: the re-measurement sets up everything it needs (a ``bench``, a
-    ``ddp_step_timer`` step), so it may run on freshly started ranks rather than on the
-    pool's own, whose offset it would share (docs/baselines.md, "fresh ranks")."""
+    ``fresh_ranks``: the re-measurement sets up everything it needs (a ``ddp_step_timer``
+    step), so it may run on freshly started ranks rather than on the pool's own, whose
+    offset it would share (docs/baselines.md, item 9)."""
 
     label: str
     metrics: tuple[Metric, ...]

@@ -116,8 +116,11 @@ class DDPStepTimer:
             return dataclasses.replace(self._measure(spec, size, label), peak_flops=peak)
 
         timing = once()
+        # its step and compute, with the host-speed control, are re-measured on fresh ranks
+        # (docs/baselines.md, item 9); a plain save keeps the best measurement, which on
+        # fresh ranks would be the fastest of several pools
         self._group.record(label, step_metrics(timing, prefix), timing,
-                           lambda: step_metrics(once(), prefix), fresh_ranks=True)
+                           lambda: step_metrics(once(), prefix), fresh_ranks=spec.control)
         return timing
 
     # -- a scaling curve --------------------------------------------------------------------
@@ -157,8 +160,7 @@ class DDPStepTimer:
         result = once()
         self._group.record(f"ddp_step_timer.scaling({prefix}{mode})",
                            scaling_metrics(result, prefix, self._limits), result,
-                           lambda: scaling_metrics(once(), prefix, self._limits),
-                           fresh_ranks=True)
+                           lambda: scaling_metrics(once(), prefix, self._limits))
         return result
 
     # -- helpers ----------------------------------------------------------------------------

@@ -380,7 +380,8 @@ def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
     assert [m.name for m in again] == names
     assert again[0].value != metrics[0].value  # measured again, not replayed
     assert len(group.calls) == 2
-    assert group.fresh_ranks == [True]  # it sets up all it needs: fresh ranks can repeat it
+    # it sets up all it needs, and its step is controlled: fresh ranks can repeat it
+    assert group.fresh_ranks == [True]
 
     r = timer.scaling(lambda: None, lambda rank: None, world_sizes=(2, 1), steps=3)
     assert [size for _, size in group.calls[2:]] == [1, 2]
@@ -388,6 +389,9 @@ def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
     assert result is r and label == "ddp_step_timer.scaling(weak)"
     assert [m.name for m in remeasure()] == [m.name for m in metrics] == [
         "scaling_throughput.w1", "scaling_throughput.w2", "scaling_efficiency.w2"]
+    # the scaling curve (the plain rule) and a step without the control stay on the ranks
+    timer(lambda: None, lambda rank: None, steps=3, control=False)
+    assert group.fresh_ranks == [True, False, False]
 
 
 def test_timer_refuses_before_running_anything() -> None:
