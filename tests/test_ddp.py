@@ -122,7 +122,7 @@ def test_comm_heavy(ddp_step_timer):
 
 # CPU-bound ranks on a shared machine: noisy imbalance.  This model's exposed communication
 # reads 0.01-0.15 of the step on 2 cores (the comm-heavy one: 0.7-0.8), and once 0.32, with
-# the host stalling its synchronised steps: the limit sits where no stall reaches
+# the host stalling its synchronised steps: the limit sits between the two models
 @pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=0.5)
 def test_compute_heavy(ddp_step_timer):
     t = ddp_step_timer(compute_model, lambda rank: torch.randn(8192, 128), steps=10, warmup=2)
