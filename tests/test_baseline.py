@@ -453,6 +453,39 @@ def test_judgement_asks_for_confirmation_then_decides(tmp_path: Path) -> None:
     assert saving.backoff() == max(bl.NOISY_BACKOFF_S[0], bl.SAVE_PAUSE_S)
 
 
+def test_settle_enters_each_round_and_counts_its_start_towards_the_pause(
+        tmp_path: Path) -> None:
+    """settle() wraps every round of re-measurements in ``each_round(labels)`` (where the
+    plugin starts fresh ranks), re-measures inside it, and sleeps only what is left of the
+    pause after the seconds it took."""
+    import contextlib
+
+    path = tmp_path / "test_x.toml"
+    save(path, "test_a", CPU, **{"w.time_s": stored()})
+    slow = Metric("w.time_s", 0.04, "s", False, scaled(2.0))
+    j = judgement(bl.load(path), slow)
+    events: list[Any] = []
+
+    @contextlib.contextmanager
+    def each_round(labels: list[str]) -> Any:
+        events.append(("enter", tuple(labels)))
+        yield 0.75  # seconds spent getting ready
+        events.append(("exit",))
+
+    def remeasure(label: str) -> Any:
+        events.append(("measure", label))
+        return [slow], QUIET
+
+    bl.settle(j, remeasure, sleep=lambda s: events.append(("sleep", s)),
+              each_round=each_round)
+    expected = []
+    for pause in bl.CONFIRM_PAUSES_S[:bl.CONFIRMATIONS]:
+        expected += [("enter", ("measure(w)",)), ("sleep", max(0.0, pause - 0.75)),
+                     ("measure", "measure(w)"), ("exit",)]
+    assert events == expected
+    assert j.verdicts()[0].verdict == bl.REGRESSED
+
+
 def test_judgement_without_a_baseline_passes_and_says_why(tmp_path: Path) -> None:
     metric = Metric("w.time_s", 0.02, "s", False, TIMES)
     (v,) = judgement(None, metric).verdicts()
