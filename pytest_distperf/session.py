@@ -384,8 +384,7 @@ class DistperfSession:
         @contextlib.contextmanager
         def each_round(labels: list[str]) -> Iterator[float]:
             started = time.monotonic()
-            if self._fresh_ranks() and any(
-                    m.fresh_ranks for m in map(measurements.get, labels) if m is not None):
+            if self._fresh_ranks() and any(measurements[label].fresh_ranks for label in labels):
                 from pytest_distperf.launcher import RankError
 
                 pool = self.engine.sibling()
