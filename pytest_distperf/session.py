@@ -370,9 +370,11 @@ class DistperfSession:
 
     def _remeasure(self, item: pytest.Item, record: TestRecord
                    ) -> tuple[Callable[[str], Remeasured],
-                              Callable[[list[str]], contextlib.AbstractContextManager[float]]]:
+                              Callable[[list[str]], contextlib.AbstractContextManager[float]],
+                              Callable[[], set[str]]]:
         """``remeasure(label)`` and ``each_round(labels)`` for
-        :func:`~pytest_distperf.verdict.judgement.settle`: the test's own measurement,
+        :func:`~pytest_distperf.verdict.judgement.settle`, and ``on_fresh()``, the labels
+        whose every re-measurement so far ran on fresh ranks: the test's own measurement,
         repeated under the noise probe; a measurement that sets up all it needs
         (``Measurement.fresh_ranks``) on a pool of fresh ranks started for the round, which
         leaves the session's pool, and what earlier calls left on its ranks, as it was.  Each
@@ -380,6 +382,7 @@ class DistperfSession:
         measured (docs/baselines.md, item 9)."""
         measurements = {m.label: m for m in record.measurements if m.remeasure is not None}
         side: list[Any] = []  # this round's fresh pool, if it has one
+        where: dict[str, list[bool]] = {}  # per label: each re-measurement on fresh ranks?
 
         @contextlib.contextmanager
         def each_round(labels: list[str]) -> Iterator[float]:
@@ -406,13 +409,17 @@ class DistperfSession:
             measurement = measurements[label]
             again = measurement.remeasure
             assert again is not None
-            with (self.engine.routed_to(side[0]) if side and measurement.fresh_ranks
-                  else contextlib.nullcontext()):
+            on_fresh = bool(side) and measurement.fresh_ranks
+            where.setdefault(label, []).append(on_fresh)
+            with (self.engine.routed_to(side[0]) if on_fresh else contextlib.nullcontext()):
                 start = self.noise_snapshot()
                 fresh: list[Metric] = list(again())
                 return fresh, self.noise_since(start)
 
-        return remeasure, each_round
+        def on_fresh() -> set[str]:
+            return {label for label, each in where.items() if all(each)}
+
+        return remeasure, each_round, on_fresh
 
     def _baseline_verdicts(self, item: pytest.Item, record: TestRecord, limits: TestLimits,
                            noise_window: noise.NoiseFigures | None) -> list[str]:
@@ -440,8 +447,10 @@ class DistperfSession:
                 environment=limits.environment, first_noise=noise_window,
                 tolerance=limits.tolerance, baseline=limits.file, test=test,
                 exact_tolerance=limits.exact_tolerance)
-        remeasure, each_round = self._remeasure(item, record)
+        remeasure, each_round, on_fresh = self._remeasure(item, record)
         settle(judgement, remeasure, agree=self._agree, sleep=time.sleep, each_round=each_round)
+        if judgement is not None:
+            judgement.fresh_labels = on_fresh()
         if not self.is_reporter:
             return []
         if limits.file_error:

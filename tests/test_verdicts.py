@@ -571,10 +571,20 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
     pids = pytester.mkdir("pids")
     monkeypatch.setenv("PIDS", str(pids))
     args = ["--distperf-same-ranks"] if how == "same" else []
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS, *args)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS, *args,
+                                           f"--distperf-json={report}")
     result.assert_outcomes(passed=2)
     builders = {p.name for p in pids.iterdir()}
     # two ranks per set of processes: the pool's own, and one fresh set per re-measurement
     assert len(builders) == (2 * CONTROL_WINDOWS if how == "fresh" else 2), builders
+    # the verdicts say where they were measured (and the judgement knows it: a step
+    # re-measured on fresh ranks only is not set aside by its compute)
+    test = next(t for t in json.loads(report.read_text())["tests"]
+                if t["nodeid"].endswith("test_step"))
+    step = next(v for v in test["verdicts"] if v["metric"] == "step_time_s")
+    assert step["windows"] == CONTROL_WINDOWS
+    said = f"{CONTROL_WINDOWS - 1} re-measurement(s) on fresh ranks"
+    assert (said in step["detail"]) == (how == "fresh"), step["detail"]
     warned = "fresh ranks to re-measure on did not start (no fresh ranks today)"
     assert result.stdout.str().count(warned) == (how == "unstartable")  # once a session

@@ -11,6 +11,7 @@ own measurements and the noise probe).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -84,6 +85,9 @@ class Judgement:
         self.labels = {m.name: measurement.label for measurement in measurements
                        for m in measurement.metrics if m.name in self.metrics}
         self.remeasurable = {m.label for m in measurements if m.remeasure is not None}
+        #: labels whose every re-measurement ran on fresh ranks (the caller says so, after
+        #: :func:`settle`): their step times are not checked against their compute
+        self.fresh_labels: set[str] = set()
         self.env = environment
         self.env_id = environment_id(environment)
         self.tolerance = tolerance
@@ -145,7 +149,8 @@ class Judgement:
 
     def verdicts(self) -> list[Verdict]:
         """One verdict per metric (the unusable ones first), a step time checked against its
-        compute (:func:`~pytest_distperf.verdict.parts.by_parts`), each explained by what
+        compute (:func:`~pytest_distperf.verdict.parts.by_parts`; not those measured again
+        on fresh ranks only: :attr:`fresh_labels`), each explained by what
         else changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
         doing = "saved" if isinstance(self, Save) else "compared"
         out = [make_verdict(m, NOT_COMPARABLE, self.env_id, None, tolerance=self.tolerance,
@@ -155,7 +160,11 @@ class Judgement:
         out += [self.verdict(name) for name in self.metrics]
         gone = self.vanished()
         labels = {**self.labels, **{v.metric: label for v, label in gone}}
-        out = by_parts(out + [v for v, _ in gone], labels, self.tolerance)
+        out = by_parts(out + [v for v, _ in gone], labels, self.tolerance, self.fresh_labels)
+        out = [dataclasses.replace(v, detail="; ".join(filter(None, (
+                   v.detail, f"{v.windows - 1} re-measurement(s) on fresh ranks"))))
+               if v.windows > 1 and labels.get(v.metric) in self.fresh_labels else v
+               for v in out]
         return explain(out, labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:

@@ -41,7 +41,8 @@ of covariance, as CUPED does for A/B tests):
   as soon as the pooled quiet measurements come back under that, it is unchanged (a clean run
   rarely needs more than two); with ``CONTROL_WINDOWS`` it is a regression when the pooled
   change is past the line and a one-sided Mann-Whitney test of the adjusted samples agrees at
-  ``ALPHA``.  The noise probe
+  ``ALPHA``.  An improvement is screened the same way: measured again while the pooled
+  change is better than the line, called with ``CONTROL_WINDOWS`` only.  The noise probe
   and the spread limit still set noisy measurements aside; and since another process can
   push an adjusted time either way, a noisy measurement clears and improves nothing: with
   no quiet one the verdict is inconclusive.  The further the host ran from its speed at
@@ -122,8 +123,9 @@ NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: of 10% slowdowns were caught; four a side: 2% and 86%.
 CONTROL_WINDOWS = 6
 #: ... measured again only while the pooled measurements so far are worse by this fraction
-#: of the tolerance (a sequential screen: it can end in *unchanged* early, never in a
-#: regression; benchmarks/ddp_verdicts.md has what it saves)
+#: of the tolerance, or better by the decision line (a sequential screen: it can end in
+#: *unchanged* early, never in a regression or an improvement; benchmarks/ddp_verdicts.md
+#: has what it saves)
 CONTROL_SCREEN_FRACTION = 0.25
 #: ... this many seconds apart: the host's speed changes from one second to the next, and
 #: measurements spread over a few seconds average over it.
@@ -377,13 +379,17 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # A change within what an error in the slope could make of the host's change is not told.
     host = abs(a.host_change) if a.host_change is not None else 0.0
     beyond_host = abs(a.worse) >= SLOPE_ERROR * host
-    if a.trusted and a.better_like and beyond_host and _significant(a.p_better):
-        return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
-    # the screen: the quiet measurements so far, pooled, are near the baseline: unchanged,
-    # whatever the count (only a regression needs all CONTROL_WINDOWS)
-    screened_out = a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+    # the screen: the quiet measurements so far, pooled, are near the baseline (not worse by
+    # a quarter of the tolerance, not better by the line): unchanged, whatever the count.
+    # A regression and an improvement both need all CONTROL_WINDOWS: a set of rank processes
+    # runs a few percent off another (docs/baselines.md, item 9), either way, and one
+    # measurement called clean DDP steps improved 9 times in 70 (benchmarks/ddp_verdicts.md)
+    screened_out = (a.trusted and a.worse < tolerance * CONTROL_SCREEN_FRACTION
+                    and not a.better_like)
     if can_confirm and n < CONTROL_WINDOWS and not screened_out:
         return INCONCLUSIVE, a, "awaiting confirmation", True
+    if a.trusted and a.better_like and beyond_host and _significant(a.p_better):
+        return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
     if not a.trusted:
         detail = (f"too noisy to tell in all {n} measurements" if n > 1
                   else "too noisy to tell")
