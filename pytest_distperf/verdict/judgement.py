@@ -86,7 +86,7 @@ class Judgement:
                        for m in measurement.metrics if m.name in self.metrics}
         self.remeasurable = {m.label for m in measurements if m.remeasure is not None}
         #: labels whose every re-measurement ran on fresh ranks (the caller says so, after
-        #: :func:`settle`): their step times are not checked against their compute
+        #: :func:`settle`): their verdicts say so
         self.fresh_labels: set[str] = set()
         self.env = environment
         self.env_id = environment_id(environment)
@@ -149,8 +149,7 @@ class Judgement:
 
     def verdicts(self) -> list[Verdict]:
         """One verdict per metric (the unusable ones first), a step time checked against its
-        compute (:func:`~pytest_distperf.verdict.parts.by_parts`; not those measured again
-        on fresh ranks only: :attr:`fresh_labels`), each explained by what
+        compute (:func:`~pytest_distperf.verdict.parts.by_parts`), each explained by what
         else changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
         doing = "saved" if isinstance(self, Save) else "compared"
         out = [make_verdict(m, NOT_COMPARABLE, self.env_id, None, tolerance=self.tolerance,
@@ -160,7 +159,7 @@ class Judgement:
         out += [self.verdict(name) for name in self.metrics]
         gone = self.vanished()
         labels = {**self.labels, **{v.metric: label for v, label in gone}}
-        out = by_parts(out + [v for v, _ in gone], labels, self.tolerance, self.fresh_labels)
+        out = by_parts(out + [v for v, _ in gone], labels, self.tolerance)
         out = [dataclasses.replace(v, detail="; ".join(filter(None, (
                    v.detail, f"{v.windows - 1} re-measurement(s) on fresh ranks"))))
                if v.windows > 1 and labels.get(v.metric) in self.fresh_labels else v
