@@ -459,10 +459,11 @@ def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
 
 def _representative(assessments: Sequence[Assessment], fraction: bool) -> Assessment:
     """The measurement that speaks for several: the best one (noise only slows a time
-    down), or for a fraction the median one (the lower middle of an even count): a ratio of
-    two noisy times is pushed either way, and the best of the four or six measurements of a
-    confirmation sat at the low end of its spread, as a save kept at its best did
-    (benchmarks/ddp_verdicts.md, R19c, R30)."""
+    down), or for a fraction the median one (the lower middle of an even count), as a save
+    keeps it: a ratio of two noisy times is pushed either way, and the best of four or six
+    sits at the low end of its spread, as a save kept at its best did (clean runs read
+    ``comm_overhead`` 36% above it: benchmarks/ddp_verdicts.md, R19c).  A slowdown of the
+    communication could hide behind one low measurement among six."""
     ordered = sorted(assessments, key=lambda a: a.worse)
     return ordered[(len(ordered) - 1) // 2] if fraction else ordered[0]
 
