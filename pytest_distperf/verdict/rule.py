@@ -12,14 +12,14 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
 3. Confirmation: a suspected regression is measured again on the same ranks
    (``CONFIRMATIONS`` times, growing pauses apart); the best window counts, since noise cannot make
    work faster (a fraction, a ratio of two noisy times: the median window).
-4. Evidence: it is a *regression* only when the best of those windows is still past the
-   line, a one-sided Mann-Whitney U test of the better halves of the samples says current is
-   slower than the baseline at ``ALPHA``, and that window was quiet: the noise probe
-   (:mod:`pytest_distperf.verdict.noise`: host steal, other processes' load while the ranks
-   waited) under its limits and the sample spread under ``SPREAD_LIMIT`` (or, for a metric
-   whose samples always spread more, under ``SPREAD_RATIO`` x the baseline's typical
-   spread).  Past the line but never quiet or never significant: *inconclusive*, with the
-   figures.
+4.  Evidence: it is a *regression* only when the best of those windows (a fraction: the
+   median one) is still past the line, a one-sided Mann-Whitney U test of the better halves
+   of the samples says current is slower than the baseline at ``ALPHA``, and that window was
+   quiet: the noise probe (:mod:`pytest_distperf.verdict.noise`: host steal, other
+   processes' load while the ranks waited) under its limits and the sample spread under
+   ``SPREAD_LIMIT`` (or, for a metric whose samples always spread more, under
+   ``SPREAD_RATIO`` x the baseline's typical spread).  Past the line but never quiet or
+   never significant: *inconclusive*, with the figures.
 
 Times with a host-speed control (``measure()`` on CPU ranks: every sample has the time of a
 fixed piece of work run right after it on all ranks, :mod:`pytest_distperf.rank.clock`) are
@@ -384,10 +384,11 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # A change within what an error in the slope could make of the host's change is not told.
     host = abs(a.host_change) if a.host_change is not None else 0.0
     beyond_host = abs(a.worse) >= SLOPE_ERROR * host
-    # an improvement needs a second measurement, better than the line on its own as well:
-    # a set of rank processes runs a few percent off another, either way (docs/baselines.md,
-    # item 9), and pooled, the faster one sets the 25% quantile
-    # (until the pooled ones come back under the line, or all CONTROL_WINDOWS say it)
+    # An improvement needs a second measurement, better than the line on its own as well: a
+    # set of rank processes runs a few percent off another, either way (docs/baselines.md,
+    # item 9), and pooled, the faster one sets the 25% quantile.  Until one bears it out,
+    # the run is measured again: unchanged once the pooled ones are back under the line,
+    # improved if all CONTROL_WINDOWS still say so.
     last = assess_controlled(base, windows[-1:], tolerance) if n > 1 else a
     borne_out = n >= CONTROL_IMPROVEMENT_WINDOWS and last.trusted and last.better_like
     if a.better_like and can_confirm and n < CONTROL_WINDOWS and not borne_out:
