@@ -12,7 +12,7 @@ The verdict rule (docs/baselines.md has the evidence behind each constant):
 3. Confirmation: a suspected regression is measured again on the same ranks
    (``CONFIRMATIONS`` times, growing pauses apart); the best window counts, since noise cannot make
    work faster (a fraction, a ratio of two noisy times: the median window).
-4.  Evidence: it is a *regression* only when the best of those windows (a fraction: the
+4. Evidence: it is a *regression* only when the best of those windows (a fraction: the
    median one) is still past the line, a one-sided Mann-Whitney U test of the better halves
    of the samples says current is slower than the baseline at ``ALPHA``, and that window was
    quiet: the noise probe (:mod:`pytest_distperf.verdict.noise`: host steal, other
