@@ -163,6 +163,15 @@ VERDICT_ORDER = (REGRESSED, INCONCLUSIVE, IMPROVED, NOT_COMPARABLE, NO_BASELINE,
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Measured:
+    """One measurement behind a verdict: its samples and, where the metric has a host-speed
+    control, the control's time after each (else empty)."""
+
+    samples: tuple[float, ...] = ()
+    control: tuple[float, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     """How one metric compared with its baseline (see :mod:`pytest_distperf.verdict`).
 
@@ -178,7 +187,9 @@ class Verdict:
     the change is then judged with that part taken out.  ``explanation`` says what else
     changed in the same measurement (collective counts and bytes, compute and communication
     time), for a verdict that is not ``unchanged``; ``kind`` is the metric's
-    (:attr:`Metric.kind`).
+    (:attr:`Metric.kind`).  ``measurements`` holds every measurement of a measured metric
+    in this run, in order (the test's own, then each re-measurement), so that a verdict can
+    be checked, or judged again by another rule; the baseline's are in the baseline file.
     """
 
     metric: str
@@ -201,6 +212,7 @@ class Verdict:
     explanation: str = ""
     kind: str = ""
     other_load: float | None = None
+    measurements: tuple[Measured, ...] = ()
 
 
 #: Repeats a measurement on the same ranks and returns fresh metrics of the same names.

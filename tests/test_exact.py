@@ -18,6 +18,7 @@ from pytest_distperf.records import (
     INFO,
     INFORMATIONAL,
     Environment,
+    Measured,
     Measurement,
     Metric,
     Verdict,
@@ -276,3 +277,8 @@ def test_a_verdict_says_how_many_re_measurements_ran_on_fresh_ranks(tmp_path: Pa
             said = f"{bl.CONFIRMATIONS} re-measurement(s) on fresh ranks"
             assert v[name].detail.endswith(said) == bool(fresh), v[name].detail
         assert "fresh ranks" not in v["comm.all_reduce.calls"].detail  # measured once
+        # every measurement's samples come with the verdict; an exact metric has none
+        by_name = {m.name: m for m in metrics}
+        assert v["step_time_s"].measurements == tuple(
+            Measured(by_name["step_time_s"].samples, ()) for _ in range(bl.CONFIRMATIONS + 1))
+        assert v["comm.all_reduce.calls"].measurements == ()

@@ -210,7 +210,7 @@ def test_the_schema_lists_every_field_of_every_record_and_no_other() -> None:
     defs = schema["$defs"]
     names = {records.Environment: "environment", records.Metric: "metric",
              records.Verdict: "verdict", records.Bottleneck: "bottleneck",
-             records.CommCount: "comm_count"}
+             records.CommCount: "comm_count", records.Measured: "measured"}
     seen: set[str] = set()
     todo: list[type] = [records.Environment, records.Metric, records.Verdict,
                         *records.RESULT_TYPES.values()]

@@ -584,6 +584,9 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
                 if t["nodeid"].endswith("test_step"))
     step = next(v for v in test["verdicts"] if v["metric"] == "step_time_s")
     assert step["windows"] == CONTROL_WINDOWS
+    # every measurement's samples and controls, for anyone to check the verdict with
+    assert len(step["measurements"]) == CONTROL_WINDOWS
+    assert all(len(m["samples"]) == len(m["control"]) == 5 for m in step["measurements"])
     said = f"{CONTROL_WINDOWS - 1} re-measurement(s) on fresh ranks"
     assert (said in step["detail"]) == (how == "fresh"), step["detail"]
     warned = "fresh ranks to re-measure on did not start (no fresh ranks today)"

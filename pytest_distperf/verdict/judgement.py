@@ -25,6 +25,7 @@ from pytest_distperf.records import (
     NOT_COMPARABLE,
     SAVED,
     Environment,
+    Measured,
     Measurement,
     Metric,
     Verdict,
@@ -156,7 +157,7 @@ class Judgement:
                             windows=1,
                             detail=f"its value is not a finite number ({m.value}): not {doing}")
                for m in self.unusable.values()]
-        out += [self.verdict(name) for name in self.metrics]
+        out += [self._with_measurements(self.verdict(name)) for name in self.metrics]
         gone = self.vanished()
         labels = {**self.labels, **{v.metric: label for v, label in gone}}
         out = by_parts(out + [v for v, _ in gone], labels, self.tolerance)
@@ -168,6 +169,14 @@ class Judgement:
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError
+
+    def _with_measurements(self, v: Verdict) -> Verdict:
+        """``v`` with the samples (and controls) of every measurement of its metric in this
+        run, a measured metric's (an exact or informational one has nothing to re-judge)."""
+        if self.metrics[v.metric].kind != MEASURED:
+            return v
+        return dataclasses.replace(v, measurements=tuple(
+            Measured(w.samples, w.control) for w in self.windows[v.metric]))
 
     def vanished(self) -> list[tuple[Verdict, str]]:
         """(verdict, the label of its measurement) of the exact metrics the baseline has and
