@@ -41,6 +41,7 @@ with no baseline file (the same measurements, nothing to compare or confirm).
     python benchmarks/ddp_verdicts.py                      # 30 clean, 10 of each change
     python benchmarks/ddp_verdicts.py --clean 2 --changed 1   # a smoke run
     python benchmarks/ddp_verdicts.py --json runs.json     # keep every run's figures
+                                                           # (the save first, kind "save")
     python benchmarks/ddp_verdicts.py --no-control         # step_time_s by the plain rule
     python benchmarks/ddp_verdicts.py --kind profile       # dist_profiler's exact counts
 
@@ -220,9 +221,10 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
             "exact_moved": moved, "caught": caught,
             "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
                                               "control_slope", "detail", "steal", "wait",
-                                              "other_load")},
+                                              "other_load", "measurements")},
             "compute": {k: compute.get(k) for k in ("verdict", "change", "windows",
-                                                    "host_change", "control_slope", "detail")},
+                                                    "host_change", "control_slope", "detail",
+                                                    "measurements")},
             "details": {m: v.get("detail", "") for m, v in verdicts.items()
                         if v["verdict"] not in ("unchanged", "informational")},
             "timing": timing,
@@ -289,7 +291,9 @@ def main(argv: list[str] | None = None) -> None:
             k for k in wanted if k != "clean" and (args.kind == "ddp" or k not in timed)
             for _ in range(args.changed if k in timed else args.comm)]
         random.Random(args.seed).shuffle(order)
-        runs = []
+        # the save first (kind "save"), with every measurement's samples and controls, as
+        # every compare run has them: a rule can be replayed on a block from its --json
+        runs = [summarise("save", saved)]
         for i, kind in enumerate(order, 1):
             run = summarise(kind, run_pytest(project, CHANGES[kind], test=test))
             runs.append(run)

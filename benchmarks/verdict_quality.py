@@ -151,7 +151,8 @@ KINDS = {"measure": (TEST_FILE, METRICS),
 HOOKS = {"bench": BENCH_HOOK}
 HOOK = ""
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
-          "other_load", "spread", "host_change", "control_slope", "detail")
+          "other_load", "spread", "host_change", "control_slope", "detail",
+          "measurements")  # every measurement's samples and controls: to judge again
 
 
 def run_pytest(project: Path, extra: float, save: bool, reps: int,
