@@ -578,8 +578,7 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
     builders = {p.name for p in pids.iterdir()}
     # two ranks per set of processes: the pool's own, and one fresh set per re-measurement
     assert len(builders) == (2 * CONTROL_WINDOWS if how == "fresh" else 2), builders
-    # the verdicts say where they were measured (and the judgement knows it: a step
-    # re-measured on fresh ranks only is not set aside by its compute)
+    # the verdicts say where they were measured
     test = next(t for t in json.loads(report.read_text())["tests"]
                 if t["nodeid"].endswith("test_step"))
     step = next(v for v in test["verdicts"] if v["metric"] == "step_time_s")

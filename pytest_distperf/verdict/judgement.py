@@ -50,6 +50,7 @@ from pytest_distperf.verdict.rule import (
     make_verdict,
     noise_reasons,
     pooled,
+    representative,
     spread_limit,
 )
 from pytest_distperf.verdict.stats import estimate, selection_figure, spread
@@ -312,11 +313,10 @@ class Save(Judgement):
         the median (benchmarks/ddp_verdicts.md, R19c)."""
         metric = self.metrics[name]
         wins = self.windows[name]
-        keys = [selection_figure(w.samples, w.value, metric.higher_is_better,
-                                 metric.is_fraction) for w in wins]
-        order = sorted(range(len(wins)), key=keys.__getitem__,
-                       reverse=metric.higher_is_better)  # best first
-        return wins[order[(len(wins) - 1) // 2 if metric.is_fraction else 0]]
+        sign = -1.0 if metric.higher_is_better else 1.0
+        return representative(wins, lambda w: sign * selection_figure(
+            w.samples, w.value, metric.higher_is_better, metric.is_fraction),
+            metric.is_fraction)
 
     def _save_window(self, name: str) -> Window:
         """What a save stores: an exact metric's first measurement; with a host-speed

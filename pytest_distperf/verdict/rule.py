@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -84,6 +85,8 @@ from pytest_distperf.verdict.stats import (
     spread,
 )
 from pytest_distperf.verdict.store import StoredMetric
+
+T = TypeVar("T")
 
 #: A change is suspected at this fraction of the tolerance (the midpoint between 0 and it).
 DECISION_FRACTION = 0.5
@@ -389,9 +392,8 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # item 9), and pooled, the faster one sets the 25% quantile.  Until one bears it out,
     # the run is measured again: unchanged once the pooled ones are back under the line,
     # improved if all CONTROL_WINDOWS still say so.
-    last = assess_controlled(base, windows[-1:], tolerance) if n > 1 else a
-    borne_out = n >= CONTROL_IMPROVEMENT_WINDOWS and last.trusted and last.better_like
-    if a.better_like and can_confirm and n < CONTROL_WINDOWS and not borne_out:
+    if a.better_like and can_confirm and n < CONTROL_WINDOWS and (
+            n < CONTROL_IMPROVEMENT_WINDOWS or not _better_alone(base, windows[-1], tolerance)):
         return INCONCLUSIVE, a, "awaiting confirmation", True
     if a.trusted and a.better_like and beyond_host and _significant(a.p_better):
         return IMPROVED, a, "better than the baseline: re-save with --distperf-save", False
@@ -419,6 +421,13 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
         return REGRESSED, a, how, False
     return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
                              f"{a.p_worse:.3g} >= {ALPHA})"), False
+
+
+def _better_alone(base: StoredMetric, window: Window, tolerance: float) -> bool:
+    """Whether one measurement with the control, on its own, is quiet and better than the
+    line."""
+    a = assess_controlled(base, [window], tolerance)
+    return a.trusted and a.better_like
 
 
 def _significant(p: float | None) -> bool:
@@ -458,15 +467,20 @@ def decide(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
     return INCONCLUSIVE, best, detail, rounds_left
 
 
-def _representative(assessments: Sequence[Assessment], fraction: bool) -> Assessment:
-    """The measurement that speaks for several: the best one (noise only slows a time
-    down), or for a fraction the median one (the lower middle of an even count), as a save
-    keeps it: a ratio of two noisy times is pushed either way, and the best of four or six
-    sits at the low end of its spread, as a save kept at its best did (clean runs read
-    ``comm_overhead`` 36% above it: benchmarks/ddp_verdicts.md, R19c).  A slowdown of the
-    communication could hide behind one low measurement among six."""
-    ordered = sorted(assessments, key=lambda a: a.worse)
+def representative(items: Sequence[T], badness: Callable[[T], float], fraction: bool) -> T:
+    """The measurement that speaks for several (a save's, a confirmation's): the best one,
+    by ``badness`` (noise only slows a time down), or for a fraction the median one (the
+    lower middle of an even count, in the better direction): a ratio of two noisy times is
+    pushed either way, and the best of four or six sits at the low end of its spread (a
+    save kept at its best read ``comm_overhead`` 36% under the clean runs:
+    benchmarks/ddp_verdicts.md, R19c), where a slowdown of the communication could hide
+    behind one low measurement among six."""
+    ordered = sorted(items, key=badness)
     return ordered[(len(ordered) - 1) // 2] if fraction else ordered[0]
+
+
+def _representative(assessments: Sequence[Assessment], fraction: bool) -> Assessment:
+    return representative(assessments, lambda a: a.worse, fraction)
 
 
 def decide_exact(base: StoredMetric, window: Window,
