@@ -220,11 +220,11 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
             "exact_moved": moved, "caught": caught,
             "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
-                                              "control_slope", "detail", "steal", "wait",
-                                              "other_load", "measurements")},
+                                              "control_slope", "fitted_slope", "detail",
+                                              "steal", "wait", "other_load", "measurements")},
             "compute": {k: compute.get(k) for k in ("verdict", "change", "windows",
-                                                    "host_change", "control_slope", "detail",
-                                                    "measurements")},
+                                                    "host_change", "control_slope",
+                                                    "fitted_slope", "detail", "measurements")},
             "details": {m: v.get("detail", "") for m, v in verdicts.items()
                         if v["verdict"] not in ("unchanged", "informational")},
             "timing": timing,
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         random.Random(args.seed).shuffle(order)
         # the save first (kind "save"), with every measurement's samples and controls, as
         # every compare run has them: a rule can be replayed on a block from its --json
-        runs = [summarise("save", saved)]
+        runs = [{**summarise("save", saved), "baseline_files": baseline_files(project)}]
         for i, kind in enumerate(order, 1):
             run = summarise(kind, run_pytest(project, CHANGES[kind], test=test))
             runs.append(run)
@@ -307,6 +307,15 @@ def main(argv: list[str] | None = None) -> None:
                   f"  comm_overhead {comm['verdict']} ({_pct(comm['change'])})"
                   f"  timing: {sorted(set(run['timing'].values()))}", flush=True)
     report(runs, bare, started, args)
+
+
+def baseline_files(project: Path) -> dict[str, Any]:
+    """The project's baseline files, parsed: a replay of the block needs the baseline as
+    stored (noisy measurements left out), not the save's every measurement."""
+    from pytest_distperf.verdict.store import load
+
+    files = {p.name: load(p) for p in sorted((project / "perf_baselines").glob("*.toml"))}
+    return {name: f.data for name, f in files.items() if f is not None}
 
 
 def _pct(change: float | None) -> str:

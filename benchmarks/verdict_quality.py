@@ -151,7 +151,7 @@ KINDS = {"measure": (TEST_FILE, METRICS),
 HOOKS = {"bench": BENCH_HOOK}
 HOOK = ""
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
-          "other_load", "spread", "host_change", "control_slope", "detail",
+          "other_load", "spread", "host_change", "control_slope", "fitted_slope", "detail",
           "measurements")  # every measurement's samples and controls: to judge again
 
 
@@ -184,7 +184,18 @@ def run_pytest(project: Path, extra: float, save: bool, reps: int,
             out[name] = {k: verdicts[name].get(k) for k in FIELDS}
     except (OSError, ValueError, KeyError, IndexError):
         out["error"] = proc.stdout[-3000:] + proc.stderr[-2000:]
+    if save:  # what the compare runs are judged against (noisy measurements left out)
+        out["baseline_files"] = baseline_files(project)
     return out
+
+
+def baseline_files(project: Path) -> dict[str, Any]:
+    """The project's baseline files, parsed: a replay of the block needs the baseline as
+    stored, not the save's every measurement."""
+    from pytest_distperf.verdict.store import load
+
+    files = {p.name: load(p) for p in sorted((project / "perf_baselines").glob("*.toml"))}
+    return {name: f.data for name, f in files.items() if f is not None}
 
 
 def pct(value: Any, digits: int = 1) -> str:
