@@ -50,7 +50,7 @@ of covariance, as CUPED does for A/B tests):
   and the spread limit still set noisy measurements aside; and since another process can
   push an adjusted time either way, a noisy measurement clears and improves nothing: with
   no quiet one the verdict is inconclusive.  The further the host ran from its speed at
-  the save (the pooled control levels), the less the fitted slope can be trusted to take it
+  the save (the pooled control levels), the less the slope can be trusted to take it
   out: a change must also be past ``SLOPE_ERROR`` x the host's change (a time judged with
   its fit: 1 - the fit, the way to slope 1) to be called either way; one past the line but
   not that is inconclusive, with the figure.
