@@ -185,13 +185,14 @@ class Verdict:
     has one, and
     ``control_slope`` the slope it was judged with, how strongly the metric follows it (0:
     not at all, 1: in proportion): the change is then judged with that part taken out;
-    ``fitted_slope`` is the slope fitted within the measurements, which decides it (1 from
-    a fit of 0.2 up, else the fit: docs/baselines.md).  ``explanation`` says what else
-    changed in the same measurement (collective counts and bytes, compute and communication
-    time), for a verdict that is not ``unchanged``; ``kind`` is the metric's
-    (:attr:`Metric.kind`).  ``measurements`` holds every measurement of a measured metric
-    in this run, in order (the test's own, then each re-measurement), so that a verdict can
-    be checked, or judged again by another rule; the baseline's are in the baseline file.
+    ``fitted_slope`` is the slope fitted within the measurements, which decides it (a time:
+    1 from a fit of 0.2 up, else the fit; a bandwidth: the fit; docs/baselines.md).
+    ``explanation`` says what else changed in the same measurement (collective counts and
+    bytes, compute and communication time), for a verdict that is not ``unchanged``;
+    ``kind`` is the metric's (:attr:`Metric.kind`).  ``measurements`` holds every
+    measurement of a measured metric in this run, in order (the test's own, then each
+    re-measurement), so that a verdict can be checked, or judged again by another rule; the
+    baseline's are in the baseline file.
     """
 
     metric: str

@@ -829,6 +829,20 @@ def test_a_bandwidth_is_judged_with_the_control_as_the_time_it_stands_for() -> N
     # and 30% faster is an improvement, once a second measurement bears it out
     assert decide(base, rate_window(scaled(1 / 1.3)))[:4:3] == (bl.INCONCLUSIVE, True)
     assert decide(base, *[rate_window(scaled(1 / 1.3))] * 2)[0] == bl.IMPROVED
+    # a rate keeps its fit, whatever it is (a time from HOST_BOUND_SLOPE up is judged with
+    # slope 1): its time following the control at 0.5, the control 30% slower, unchanged
+    half = stored_controlled(follows=0.5)
+    half_rates = bl.StoredMetric("GB/s", True, 0.064 / TIMES[10], _rates(half.samples),
+                                 control=half.control, measurements=half.measurements)
+    w = rate_window(scaled(1.025 ** 0.5 * 1.3 ** 0.5), scaled(1.025 * 1.3, CONTROL))
+    verdict, a, _, _ = decide(half_rates, w)
+    assert verdict == bl.UNCHANGED and a.change == pytest.approx(0.0, abs=1e-9)
+    assert a.control_slope == pytest.approx(0.5, abs=1e-6) == a.fitted_slope
+    # the same figures as times are judged with slope 1: the time follows the host by
+    # half, so it reads about 12% faster (1.3 ** -0.5)
+    times = controlled(scaled(1.025 ** 0.5 * 1.3 ** 0.5), scaled(1.025 * 1.3, CONTROL))
+    a = decide(half, times)[1]
+    assert a.control_slope == 1.0 and a.change is not None and a.change < -0.1
 
 
 def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
