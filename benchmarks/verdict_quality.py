@@ -151,7 +151,7 @@ KINDS = {"measure": (TEST_FILE, METRICS),
 HOOKS = {"bench": BENCH_HOOK}
 HOOK = ""
 FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
-          "other_load", "spread", "host_change", "control_slope", "fitted_slope", "detail",
+          "other_load", "spread", "host_change", "control_slope", "detail",
           "measurements")  # every measurement's samples and controls: to judge again
 
 

@@ -183,16 +183,13 @@ class Verdict:
     are the noise figures of the measurement reported; ``host_change`` is how much slower
     (positive) the host-speed control ran than when the baseline was saved, where the metric
     has one, and
-    ``control_slope`` the slope it was judged with, how strongly the metric follows it (0:
-    not at all, 1: in proportion): the change is then judged with that part taken out;
-    ``fitted_slope`` is the slope fitted within the measurements, which decides it (a time:
-    1 from a fit of 0.2 up, else the fit; a bandwidth: the fit; docs/baselines.md).
-    ``explanation`` says what else changed in the same measurement (collective counts and
-    bytes, compute and communication time), for a verdict that is not ``unchanged``;
-    ``kind`` is the metric's (:attr:`Metric.kind`).  ``measurements`` holds every
-    measurement of a measured metric in this run, in order (the test's own, then each
-    re-measurement), so that a verdict can be checked, or judged again by another rule; the
-    baseline's are in the baseline file.
+    ``control_slope`` how strongly the metric follows it (0: not at all, 1: in proportion):
+    the change is then judged with that part taken out.  ``explanation`` says what else
+    changed in the same measurement (collective counts and bytes, compute and communication
+    time), for a verdict that is not ``unchanged``; ``kind`` is the metric's
+    (:attr:`Metric.kind`).  ``measurements`` holds every measurement of a measured metric
+    in this run, in order (the test's own, then each re-measurement), so that a verdict can
+    be checked, or judged again by another rule; the baseline's are in the baseline file.
     """
 
     metric: str
@@ -216,7 +213,6 @@ class Verdict:
     kind: str = ""
     other_load: float | None = None
     measurements: tuple[Measured, ...] = ()
-    fitted_slope: float | None = None
 
 
 #: Repeats a measurement on the same ranks and returns fresh metrics of the same names.

@@ -277,8 +277,6 @@ def _noise(v: Verdict) -> str:
         parts.append(f"spread {v.spread:.1%}")
     if v.host_change is not None:
         follows = "" if v.control_slope is None else f", followed with slope {v.control_slope:.2f}"
-        if v.fitted_slope is not None and v.fitted_slope != v.control_slope:
-            follows += f" (fitted {v.fitted_slope:.2f})"
         parts.append(f"host-speed control {v.host_change:+.1%} vs the baseline's{follows}")
     return ", ".join(parts)
 

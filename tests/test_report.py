@@ -170,18 +170,6 @@ def test_the_terminal_summary_puts_regressions_first_and_colours_them() -> None:
     assert report.Line("plain").markup == {}
 
 
-def test_a_controlled_verdict_names_the_slope_it_was_judged_with_and_its_fit() -> None:
-    v = Verdict("t.time_s", "unchanged", unit="s", baseline=0.01, current=0.0101, change=0.01,
-                host_change=0.08, control_slope=1.0, fitted_slope=0.41)
-    (line,) = [x for x in report.verdict_table([v]) if x.startswith("    t.time_s:")]
-    assert ("host-speed control +8.0% vs the baseline's, followed with slope 1.00 (fitted 0.41)"
-            in line)
-    kept = Verdict("t.time_s", "unchanged", unit="s", host_change=0.08, control_slope=0.1,
-                   fitted_slope=0.1)  # a fit under HOST_BOUND_SLOPE is the slope: said once
-    (line,) = [x for x in report.verdict_table([kept]) if x.startswith("    t.time_s:")]
-    assert "followed with slope 0.10" in line and "(fitted" not in line
-
-
 def test_plots_without_matplotlib_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(plots.PlotError, match=r"pip install 'pytest-distperf\[plot\]'"):

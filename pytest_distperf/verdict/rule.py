@@ -32,14 +32,8 @@ of covariance, as CUPED does for A/B tests):
   time slices hit a few of them; a slower host all of them);
 * the slope: how strongly the time follows the control, fitted on the measurements' median
   times against their control levels in log space, each side centred on its own median (so
-  that a regression between the sides does not enter it), clipped to [0, 1].  0.2-1.0 for
-  a matmul loop here, 0 for a sleep.  The fit only tells whether the time follows the
-  host at all: within a side, most of the control level's variation is its own noise, so
-  the fit comes out low (a matmul loop fitted 0.24-0.46 in a block where, between the
-  sides, it followed the control 1:1).  A time whose fit is at least ``HOST_BOUND_SLOPE``
-  is judged with slope 1, in units of the host's speed; below that, with its fit.  A rate
-  (a collective's bandwidth: memory copies and loopback sockets more than arithmetic)
-  keeps its fit: it did not follow the control 1:1 when that ran 30-43% slower;
+  that a regression between the sides does not enter it), clipped to [0, 1].  0.3-1.0 for
+  a matmul loop here (median 0.74), 0 for a sleep;
 * each sample becomes ``log(time) - slope * log(control level)``; the change is the
   difference of the two sides' 25% quantiles, back in relative terms;
 * a sequential screen: while the pooled change is worse by a quarter of the tolerance
@@ -52,10 +46,9 @@ of covariance, as CUPED does for A/B tests):
   and the spread limit still set noisy measurements aside; and since another process can
   push an adjusted time either way, a noisy measurement clears and improves nothing: with
   no quiet one the verdict is inconclusive.  The further the host ran from its speed at
-  the save (the pooled control levels), the less the slope can be trusted to take it
-  out: a change must also be past ``SLOPE_ERROR`` x the host's change (a time judged with
-  its fit: 1 - the fit, the way to slope 1) to be called either way; one past the line but
-  not that is inconclusive, with the figure.
+  the save (the pooled control levels), the less the fitted slope can be trusted to take it
+  out: a change must also be past ``SLOPE_ERROR`` x the host's change to be called either
+  way; one past the line but not that is inconclusive, with the figure.
 """
 
 from __future__ import annotations
@@ -158,16 +151,6 @@ CONTROL_ESTIMATOR_QUANTILE = 0.25
 #: where the compute followed the control about 1:1 between the sides);
 #: benchmarks/ddp_verdicts.md.  0.2 was the first figure (from R19a), 0.5 covers R20a's.
 SLOPE_ERROR = 0.5
-#: A time whose fitted slope is at least this follows the host's speed, and is judged with
-#: slope 1 (as time per unit of the control): the fit, within each side, is biased low, as
-#: the control level's variation within a side is mostly its own noise.  Replayed on R33
-#: (benchmarks/verdict_quality.md, a host 7-10% slower than at the save in one block), the
-#: fitted slope (0.24-0.46 there) left six clean runs of a matmul loop at +5.3% to +8.3%,
-#: and one at -7.9% with the host 14% faster; slope 1 left every clean run within -3.3% to
-#: +2.6% and no trace of the host's change.  A sleep fits about 0 and keeps it.  A rate
-#: (``bench``'s bandwidths) keeps its fit whatever it is: in R38 a gloo all-reduce read the
-#: same while the control ran 30-43% slower, and slope 1 turned a 10% slowdown into -1.5%.
-HOST_BOUND_SLOPE = 0.2
 #: Re-measurement rounds of one test at most (confirmations, or a save's measurements).
 MAX_ROUNDS = max(CONFIRM_ROUNDS, SAVE_MAX_WINDOWS, CONTROL_WINDOWS) + 1
 
@@ -211,8 +194,7 @@ class Assessment:
     noise: NoiseFigures | None
     noisy: tuple[str, ...]  # why this window cannot be trusted
     host_change: float | None = None  # how much slower the host-speed control ran
-    control_slope: float | None = None  # the slope the time was judged with (judged_slope)
-    fitted_slope: float | None = None  # the slope fitted within the sides (control_slope)
+    control_slope: float | None = None  # how strongly the time follows the control
 
     @property
     def trusted(self) -> bool:
@@ -361,39 +343,21 @@ def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
     return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
 
 
-def judged_slope(fitted: float) -> float:
-    """The slope a time is judged with: 1 when its fit says it follows the host's speed
-    (at least ``HOST_BOUND_SLOPE``), else the fit (see the module's docstring; a rate keeps
-    its fit)."""
-    return 1.0 if fitted >= HOST_BOUND_SLOPE else fitted
-
-
-def slope_margin(slope: float) -> float:
-    """The share of the host's change a change must be past to be called, for a time judged
-    with ``slope``: ``SLOPE_ERROR``, or the way from a fit under ``HOST_BOUND_SLOPE`` to 1
-    (such a time may still follow the host 1:1 between the sides)."""
-    return max(SLOPE_ERROR, 1.0 - slope)
-
-
-def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
-                      host_bound: bool = True) -> Assessment:
+def assess_controlled(base: StoredMetric, windows: Sequence[Window],
+                      tolerance: float) -> Assessment:
     """The quiet measurements (all of them when none is quiet), pooled, against the baseline,
     with the part of the variation that follows the host-speed control taken out (see the
     module's docstring).  ``baseline`` is the baseline's estimate; ``current`` is that times
-    (1 + change): the time the current code would take at the baseline's host speed.  A
-    time is judged with :func:`judged_slope` of its fit; a rate (``host_bound`` False for
-    its times) with the fit itself."""
+    (1 + change): the time the current code would take at the baseline's host speed."""
     if base.higher_is_better:
         times, timed = _as_times(base, windows)
-        return _as_rate(assess_controlled(times, timed, tolerance, host_bound=False), base,
-                        tolerance)
+        return _as_rate(assess_controlled(times, timed, tolerance), base, tolerance)
     limit = base_spread_limit(base)
     reasons = [noise_reasons(w, False, limit=limit) for w in windows]
     quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
     use = quiet or list(windows)
     cur = pooled(use)
-    fitted = control_slope(base, use)
-    slope = judged_slope(fitted) if host_bound else fitted
+    slope = control_slope(base, use)
     base_points, cur_points = control_points(base.parts()), control_points(_parts_of(use))
     rb, rc = adjusted(base_points, slope), adjusted(cur_points, slope)
     q = CONTROL_ESTIMATOR_QUANTILE
@@ -408,7 +372,7 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     return Assessment(b, c, change, change, big_enough and change >= line,
                       big_enough and -change >= line, mann_whitney_greater(rc, rb),
                       mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
-                      noisy, host, slope, fitted)
+                      noisy, host, slope)
 
 
 def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
@@ -422,8 +386,7 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # nothing, they are measured again and, with no quiet one, too noisy to tell.
     # A change within what an error in the slope could make of the host's change is not told.
     host = abs(a.host_change) if a.host_change is not None else 0.0
-    margin = slope_margin(a.control_slope or 0.0)
-    beyond_host = abs(a.worse) >= margin * host
+    beyond_host = abs(a.worse) >= SLOPE_ERROR * host
     # An improvement needs a second measurement, better than the line on its own as well: a
     # set of rank processes runs a few percent off another, either way (docs/baselines.md,
     # item 9), and pooled, the faster one sets the 25% quantile.  Until one bears it out,
@@ -448,8 +411,8 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
         return INCONCLUSIVE, a, (
             f"the host ran {host:.0%} {'slower' if a.host_change > 0 else 'faster'} than when "
             f"the baseline was saved (its host-speed control), and a change of "
-            f"{a.change or 0.0:+.1%} is within {margin:.2g} x that, what an error in the "
-            "slope could leave: run again on a steadier host"), False
+            f"{a.change or 0.0:+.1%} is within {SLOPE_ERROR:g} x that, what an error in the "
+            "fitted slope could leave: run again on a steadier host"), False
     if not a.worse_like:
         return UNCHANGED, a, "", False
     if _significant(a.p_worse):
@@ -574,6 +537,5 @@ def make_verdict(metric: Metric, verdict: str, env_id: str, assessment: Assessme
         detail=detail,
         host_change=a.host_change if a is not None else None,
         control_slope=a.control_slope if a is not None else None,
-        fitted_slope=a.fitted_slope if a is not None else None,
         kind=metric.kind,
     )
