@@ -185,17 +185,8 @@ def run_pytest(project: Path, extra: float, save: bool, reps: int,
     except (OSError, ValueError, KeyError, IndexError):
         out["error"] = proc.stdout[-3000:] + proc.stderr[-2000:]
     if save:  # what the compare runs are judged against (noisy measurements left out)
-        out["baseline_files"] = baseline_files(project)
+        out["baseline_files"] = ddp_verdicts().baseline_files(project)
     return out
-
-
-def baseline_files(project: Path) -> dict[str, Any]:
-    """The project's baseline files, parsed: a replay of the block needs the baseline as
-    stored, not the save's every measurement."""
-    from pytest_distperf.verdict.store import load
-
-    files = {p.name: load(p) for p in sorted((project / "perf_baselines").glob("*.toml"))}
-    return {name: f.data for name, f in files.items() if f is not None}
 
 
 def pct(value: Any, digits: int = 1) -> str:
@@ -308,18 +299,24 @@ def ceiling(name: str, judged: list[dict[str, Any]]) -> list[str]:
 STEP_KINDS = ("ddp", "profile")
 
 
+def ddp_verdicts() -> Any:
+    """benchmarks/ddp_verdicts.py as a module: it runs the kinds of STEP_KINDS, and its
+    ``baseline_files`` serves both benchmarks."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "ddp_verdicts", Path(__file__).with_name("ddp_verdicts.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--kind", default="measure")
     if first.parse_known_args(argv)[0].kind in STEP_KINDS:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(
-            "ddp_verdicts", Path(__file__).with_name("ddp_verdicts.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.main(argv)
+        ddp_verdicts().main(argv)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--blocks", type=int, default=2,
