@@ -165,10 +165,15 @@ VERDICT_ORDER = (REGRESSED, INCONCLUSIVE, IMPROVED, NOT_COMPARABLE, NO_BASELINE,
 @dataclasses.dataclass(frozen=True, slots=True)
 class Measured:
     """One measurement behind a verdict: its samples and, where the metric has a host-speed
-    control, the control's time after each (else empty)."""
+    control, the control's time after each (else empty), and what the noise probe saw
+    during it (None: not measured), so that a verdict can be judged again from the record
+    (benchmarks/replay.py)."""
 
     samples: tuple[float, ...] = ()
     control: tuple[float, ...] = ()
+    steal: float | None = None
+    wait: float | None = None
+    other_load: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

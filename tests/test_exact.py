@@ -277,8 +277,10 @@ def test_a_verdict_says_how_many_re_measurements_ran_on_fresh_ranks(tmp_path: Pa
             said = f"{bl.CONFIRMATIONS} re-measurement(s) on fresh ranks"
             assert v[name].detail.endswith(said) == bool(fresh), v[name].detail
         assert "fresh ranks" not in v["comm.all_reduce.calls"].detail  # measured once
-        # every measurement's samples come with the verdict; an exact metric has none
+        # every measurement's samples, and what the noise probe saw, come with the verdict
+        # (to judge it again from the record); an exact metric has none
         by_name = {m.name: m for m in metrics}
         assert v["step_time_s"].measurements == tuple(
-            Measured(by_name["step_time_s"].samples, ()) for _ in range(bl.CONFIRMATIONS + 1))
+            Measured(by_name["step_time_s"].samples, (), QUIET.steal, QUIET.wait,
+                     QUIET.other_load) for _ in range(bl.CONFIRMATIONS + 1))
         assert v["comm.all_reduce.calls"].measurements == ()

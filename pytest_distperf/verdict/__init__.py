@@ -49,6 +49,7 @@ _EXPORTS = {
     "CONTROL_IMPROVEMENT_WINDOWS": "pytest_distperf.verdict.rule",
     "CONTROL_SCREEN_FRACTION": "pytest_distperf.verdict.rule",
     "SLOPE_ERROR": "pytest_distperf.verdict.rule",
+    "BETWEEN_SLOPE": "pytest_distperf.verdict.rule",
     "SPREAD_LIMIT": "pytest_distperf.verdict.rule",
     "SPREAD_RATIO": "pytest_distperf.verdict.rule",
     "CONTROL_WINDOWS": "pytest_distperf.verdict.rule",
@@ -92,6 +93,7 @@ _EXPORTS = {
 
 __all__ = [
     "ALPHA",
+    "BETWEEN_SLOPE",
     "CONFIRMATIONS",
     "CONFIRM_PAUSES_S",
     "CONFIRM_ROUNDS",

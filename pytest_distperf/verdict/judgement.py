@@ -177,7 +177,7 @@ class Judgement:
         if self.metrics[v.metric].kind != MEASURED:
             return v
         return dataclasses.replace(v, measurements=tuple(
-            Measured(w.samples, w.control) for w in self.windows[v.metric]))
+            Measured(w.samples, w.control, *_figures(w.noise)) for w in self.windows[v.metric]))
 
     def vanished(self) -> list[tuple[Verdict, str]]:
         """(verdict, the label of its measurement) of the exact metrics the baseline has and
@@ -433,3 +433,10 @@ def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], 
                 fresh, figures = remeasure(label)
                 if judgement is not None:
                     judgement.add_window(label, fresh, figures)
+
+
+def _figures(noise: NoiseFigures | None) -> tuple[float | None, float | None, float | None]:
+    """(steal, wait, other load) of a measurement, for its record."""
+    if noise is None:
+        return None, None, None
+    return noise.steal, noise.wait, noise.other_load

@@ -1,0 +1,185 @@
+"""Judge recorded compare runs again with today's verdict rule, on a host that moved.
+
+``verdict_quality.py --json runs.json`` keeps, for every run, each measurement's samples and
+host-speed controls, and after each save the baseline files as stored.  This replays the
+controlled metric's verdicts from them with the rule in ``pytest_distperf/verdict/rule.py``
+as it is now (the sequential screen included: the rule asks for one measurement at a time),
+and, with ``--host-change``, as if the host had run that much slower (negative: faster) at
+every compare run than at the save: each compare run's times and controls scaled together,
+the times by ``(1 + change) ** follow`` (``--follow 1``: work on the host's CPU, which
+follows a slower host 1:1; 0: work that waits).  That is the case a same-run control cannot
+learn from within the runs: a host whose speed moved between the save and the compare runs,
+not within them (benchmarks/verdict_quality.md, R33).
+
+A run that wants more measurements than it recorded (it stopped earlier under the rule it
+ran with) takes them from the other recorded runs of its block with the same work, in a
+fixed order: each from a fresh rank pool, as a re-measurement is not, so a replay is a
+close model of a run, not a copy.  The figures are printed per work (clean, +10%, +20%).
+
+    python benchmarks/replay.py benchmarks/data/r42.json.gz
+    python benchmarks/replay.py benchmarks/data/r42.json.gz --host-change 0.1 --host-change -0.1
+    python benchmarks/replay.py runs.json --metric matmul.time_s --follow 0
+
+Results: benchmarks/verdict_quality.md (R42-R44).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import gzip
+import json
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pytest_distperf.quantiles import median_or_nan
+from pytest_distperf.verdict import rule
+from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.verdict.store import StoredMetric
+
+#: The tolerance the benchmark runs with (the plugin's default).
+TOLERANCE = 0.10
+
+
+def load_runs(path: Path) -> dict[str, Any]:
+    """A ``--json`` file of verdict_quality.py (gzipped or not)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as f:
+            return dict(json.load(f))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"replay: cannot read {path}: {exc}") from exc
+
+
+def stored_metric(files: dict[str, Any], metric: str) -> StoredMetric | None:
+    """``metric``'s baseline in a save's recorded baseline files."""
+    for data in files.values():
+        for envs in data.get("tests", {}).values():
+            for entry in envs.values():
+                table = entry.get("metrics", {}).get(metric)
+                if table is not None:
+                    return StoredMetric(
+                        unit=table["unit"], higher_is_better=table["higher_is_better"],
+                        value=float(table["value"]),
+                        samples=tuple(float(v) for v in table.get("samples", ())),
+                        control=tuple(float(v) for v in table.get("control", ())),
+                        measurements=tuple(int(v) for v in table.get("measurements", ())),
+                        kind=str(table.get("kind", "")))
+    return None
+
+
+@dataclasses.dataclass
+class Run:
+    block: int
+    extra: float
+    base: StoredMetric
+    verdict: str  # as recorded
+    measurements: list[dict[str, Any]]
+
+
+def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
+    """The recorded compare runs of ``metric``, each with the baseline it was judged by."""
+    base: StoredMetric | None = None
+    for run in data["runs"]:
+        if run.get("bare"):
+            continue
+        if run["save"]:
+            base = stored_metric(run.get("baseline_files") or {}, metric)
+            continue
+        v = run.get(metric)
+        if base is None or v is None or not v.get("measurements"):
+            continue
+        yield Run(run["block"], run["extra"], base, v["verdict"], list(v["measurements"]))
+
+
+def padded(run: Run, others: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's measurements, then the other runs' (same block, same work), to
+    ``rule.MAX_ROUNDS`` in all, in an order fixed by the run's first sample."""
+    spare = [m for m in others if m not in run.measurements]
+    random.Random(repr(run.measurements[0]["samples"][:3])).shuffle(spare)
+    return (run.measurements + spare)[: rule.MAX_ROUNDS]
+
+
+def windows(measurements: list[dict[str, Any]], scale: float,
+            follow: float) -> list[rule.Window]:
+    time_scale = scale ** follow
+    out = []
+    for m in measurements:
+        samples = tuple(v * time_scale for v in m["samples"])
+        out.append(rule.Window(median_or_nan(samples), samples, noise_of(m),
+                               tuple(c * scale for c in m.get("control", ()))))
+    return out
+
+
+def noise_of(measured: dict[str, Any]) -> NoiseFigures | None:
+    """What the noise probe saw during a recorded measurement (recorded from R44 on; before,
+    none, and the replay cannot set a noisy measurement aside as the run did)."""
+    figures = [measured.get(k) for k in ("steal", "wait", "other_load")]
+    if all(f is None for f in figures):
+        return None
+    return NoiseFigures(0.0, *figures)
+
+
+def judge(base: StoredMetric, wins: list[rule.Window]) -> tuple[str, int, str]:
+    """(verdict, measurements used, detail): the rule asked one measurement at a time, as
+    the plugin does (a measurement that can be repeated: ``can_confirm``)."""
+    for k in range(1, len(wins) + 1):
+        verdict, _, detail, more = rule.decide(base, wins[:k], TOLERANCE, can_confirm=True)
+        if not more:
+            return verdict, k, detail
+    return "wanted more", len(wins), ""
+
+
+def replay(data: dict[str, Any], metric: str, host_change: float,
+           follow: float) -> dict[float, collections.Counter[str]]:
+    runs = list(compare_runs(data, metric))
+    pool: dict[tuple[int, float], list[dict[str, Any]]] = collections.defaultdict(list)
+    for run in runs:
+        pool[(run.block, run.extra)] += run.measurements
+    tally: dict[float, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for run in runs:
+        wins = windows(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change, follow)
+        tally[run.extra][judge(run.base, wins)[0]] += 1
+    return tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", type=Path, help="a --json file of verdict_quality.py (.gz too)")
+    parser.add_argument("--metric", default="matmul.time_s",
+                        help="the metric to replay (default: the controlled matmul loop)")
+    parser.add_argument("--host-change", type=float, action="append", metavar="H",
+                        help="the host this much slower at every compare run than at the "
+                             "save (0.1: 10%% slower; negative: faster); repeatable "
+                             "(default: 0, as recorded)")
+    parser.add_argument("--follow", type=float, default=1.0,
+                        help="how the times follow the host's change: 1 (default) in "
+                             "proportion, 0 not at all")
+    args = parser.parse_args(argv)
+    data = load_runs(args.runs)
+    if not any(True for _ in compare_runs(data, args.metric)):
+        raise SystemExit(f"replay: no compare run of {args.metric} with its measurements in "
+                         f"{args.runs} (recorded before R33, or another --kind?)")
+    print(f"replay of {args.runs} ({data.get('started', '?')}), {args.metric}, "
+          f"follow {args.follow:g}")
+    for h in args.host_change or [0.0]:
+        if h <= -1.0:
+            raise SystemExit(f"replay: --host-change {h} would leave no time at all")
+        tally = replay(data, args.metric, h, args.follow)
+        for extra in sorted(tally):
+            counts = tally[extra]
+            label = "clean" if extra == 0 else f"+{extra:.0%} work"
+            total = sum(counts.values())
+            key = (f"false alarms {counts['regressed']}/{total}" if extra == 0
+                   else f"caught {counts['regressed']}/{total}")
+            print(f"host {h:+.0%}  {label:>9}: {key}; "
+                  + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
