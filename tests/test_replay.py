@@ -1,0 +1,74 @@
+"""The verdict rule on real recorded runs: benchmarks/replay.py and benchmarks/data/.
+
+The recorded runs are end-to-end runs of benchmarks/verdict_quality.py on this project's
+2-core VM (real gloo ranks; every measurement's samples, controls and noise figures, and the
+baseline files as stored).  Judged again, they must come out as they did; and on a host that
+moved between the save and the compare runs (the case of R33: every time and control of a
+compare run 10% slower), no clean run may be called regressed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+METRIC = "matmul.time_s"
+
+
+@pytest.fixture(scope="module")
+def replay() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("replay", BENCHMARKS / "replay.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["replay"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["r44.json.gz", "r45.json.gz"])
+def test_recorded_runs_are_judged_again_as_they_were(replay: ModuleType, name: str) -> None:
+    """R44 (a steady host) and R45 (a noisy neighbour: noisy measurements set aside by
+    their recorded noise figures) were run with the rule as it is: every verdict, and the
+    number of measurements it took, comes out the same from the record."""
+    data = replay.load_runs(BENCHMARKS / "data" / name)
+    runs = list(replay.compare_runs(data, METRIC))
+    assert len(runs) == 50
+    for run in runs:
+        verdict, used, detail = replay.judge(run.base, replay.windows(run.measurements, 1.0,
+                                                                      1.0))
+        assert (verdict, used) == (run.verdict, len(run.measurements)), detail
+    verdicts = {run.verdict for run in runs}
+    assert {"regressed", "unchanged"} <= verdicts  # both kinds of verdict are in the record
+
+
+def test_a_host_that_moved_since_the_save_false_alarms_nothing(replay: ModuleType) -> None:
+    """R42's 45 clean runs, as if the host had run 10% slower (and 10% faster) at every
+    compare run than at the save, the loop following it 1:1: judged by the fitted slope
+    alone, 11 were called regressed (and 14 improved); judged at the fit and 1:1, none.
+    The slowed runs are still caught, or said to be inconclusive, never cleared."""
+    data = replay.load_runs(BENCHMARKS / "data" / "r42.json.gz")
+    for host in (0.1, -0.1):
+        tally = replay.replay(data, METRIC, host, 1.0)
+        clean = tally[0.0]
+        assert sum(clean.values()) == 45
+        assert clean["regressed"] == 0 and clean["improved"] == 0, (host, clean)
+        for extra in (0.1, 0.2):
+            assert set(tally[extra]) <= {"regressed", "inconclusive"}, (host, tally[extra])
+        assert tally[0.2]["regressed"] == 15
+    assert replay.replay(data, METRIC, 0.1, 1.0)[0.0]["inconclusive"] > 0  # not told: said so
+
+
+def test_replay_refuses_a_file_it_cannot_read(replay: ModuleType, tmp_path: Path) -> None:
+    bad = tmp_path / "runs.json"
+    bad.write_text("{not json")
+    with pytest.raises(SystemExit, match="cannot read"):
+        replay.load_runs(bad)
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"runs": []}')
+    with pytest.raises(SystemExit, match="no compare run"):
+        replay.main([str(empty)])
