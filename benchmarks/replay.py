@@ -20,7 +20,7 @@ close model of a run, not a copy.  The figures are printed per work (clean, +10%
     python benchmarks/replay.py benchmarks/data/r42.json.gz --host-change 0.1 --host-change -0.1
     python benchmarks/replay.py runs.json --metric matmul.time_s --follow 0
 
-Results: benchmarks/verdict_quality.md (R42-R44).
+Results: benchmarks/verdict_quality.md (R42-R47).
 """
 
 from __future__ import annotations
