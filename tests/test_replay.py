@@ -4,7 +4,10 @@ The recorded runs are end-to-end runs of benchmarks/verdict_quality.py on this p
 2-core VM (real gloo ranks; every measurement's samples, controls and noise figures, and the
 baseline files as stored).  Judged again, they must come out as they did; and on a host that
 moved between the save and the compare runs (the case of R33: every time and control of a
-compare run 10% slower), no clean run may be called regressed.
+compare run 10% slower), no clean run may be called regressed.  A change of the rule that
+changes a recorded verdict fails here on purpose: record new runs with the changed rule
+(``verdict_quality.py --json``), keep them in benchmarks/data/ and say in
+benchmarks/verdict_quality.md what moved and why.
 """
 
 from __future__ import annotations
