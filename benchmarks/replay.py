@@ -39,7 +39,7 @@ from typing import Any
 from pytest_distperf.quantiles import median_or_nan
 from pytest_distperf.verdict import rule
 from pytest_distperf.verdict.noise import NoiseFigures
-from pytest_distperf.verdict.store import StoredMetric
+from pytest_distperf.verdict.store import BaselineFile, StoredMetric
 
 #: The tolerance the benchmark runs with (the plugin's default).
 TOLERANCE = 0.10
@@ -56,19 +56,15 @@ def load_runs(path: Path) -> dict[str, Any]:
 
 
 def stored_metric(files: dict[str, Any], metric: str) -> StoredMetric | None:
-    """``metric``'s baseline in a save's recorded baseline files."""
-    for data in files.values():
-        for envs in data.get("tests", {}).values():
-            for entry in envs.values():
-                table = entry.get("metrics", {}).get(metric)
-                if table is not None:
-                    return StoredMetric(
-                        unit=table["unit"], higher_is_better=table["higher_is_better"],
-                        value=float(table["value"]),
-                        samples=tuple(float(v) for v in table.get("samples", ())),
-                        control=tuple(float(v) for v in table.get("control", ())),
-                        measurements=tuple(int(v) for v in table.get("measurements", ())),
-                        kind=str(table.get("kind", "")))
+    """``metric``'s baseline in a save's recorded baseline files (name: parsed TOML), read
+    the way the plugin reads a baseline file."""
+    for name, data in files.items():
+        stored = BaselineFile(Path(name), data)
+        for test in data.get("tests", {}):
+            for env_id in stored.test_environments(test):
+                found = (stored.metrics(test, env_id) or {}).get(metric)
+                if found is not None:
+                    return found
     return None
 
 

@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from pytest_distperf.records import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, Verdict
+from pytest_distperf.verdict.rule import pct
 
 #: A step metric's name: an optional ``name.`` prefix, ``step_time_s``, an optional ``#n``.
 _STEP = re.compile(r"^(?P<prefix>(?:.+\.)?)step_time_s(?P<suffix>(?:#\d+)?)$")
@@ -61,13 +62,10 @@ def by_parts(verdicts: Sequence[Verdict], labels: Mapping[str, str],
             out.append(v)
             continue
         out.append(dataclasses.replace(v, verdict=INCONCLUSIVE, detail=(
-            f"the step is {_pct(v.change)}, under the {tolerance:.0%} tolerance, and its "
-            f"compute, measured with it, is {part.verdict} ({_pct(part.change)}): the "
+            f"the step is {pct(v.change)}, under the {tolerance:.0%} tolerance, and its "
+            f"compute, measured with it, is {part.verdict} ({pct(part.change)}): the "
             f"change is in the exposed communication, whose transport noise the host-speed "
             f"control does not follow; comm_overhead and the collective counts judge it "
             f"(the step alone: {v.detail})")))
     return out
 
-
-def _pct(change: float | None) -> str:
-    return "?" if change is None else f"{change:+.1%}"

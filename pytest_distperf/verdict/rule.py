@@ -449,15 +449,15 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
         return INCONCLUSIVE, a, (
             f"the host ran {_host(a.host_change)} than when the baseline was saved (its "
             f"host-speed control), and the change depends on how closely the time follows "
-            f"that: {_pct(a.change)} at the slope fitted within the runs "
-            f"({a.control_slope or 0.0:.2f}), {_pct(other.change)} in proportion (slope "
+            f"that: {pct(a.change)} at the slope fitted within the runs "
+            f"({a.control_slope or 0.0:.2f}), {pct(other.change)} in proportion (slope "
             f"{other.control_slope:g}): run again on a steadier host, or re-save the "
             "baseline"), False
     if _significant(least.p_worse):
         how = (f"confirmed by {n} measurements" if n > 1
                else "not confirmed: no re-measurement is available for this metric")
         if other is not a:
-            how += (f"; {_pct(other.change)} with the host's change taken out in "
+            how += (f"; {pct(other.change)} with the host's change taken out in "
                     "proportion")
         return REGRESSED, a, how, False
     return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
@@ -478,8 +478,8 @@ def _host(change: float) -> str:
     return f"{abs(change):.0%} {'slower' if change > 0 else 'faster'}"
 
 
-def _pct(change: float | None) -> str:
-    """A change to 0.1% (no "-0.0%")."""
+def pct(change: float | None) -> str:
+    """A relative change for a verdict's detail, to 0.1% ("?" for none; no "-0.0%")."""
     return "?" if change is None else f"{round(change, 3) + 0.0:+.1%}"
 
 
