@@ -15,16 +15,21 @@ process with a fresh rank pool, in shuffled order:
 * ``wider10``, ``wider25``: the feed-forward layers about 10% and 25% wider (that many more
   parameters in those layers; more gradient bytes);
 * ``slower10``, ``slower20``: the step 10% and 20% slower, by CPU work and nothing else:
-  every rank spins a Python loop in the loss for 10% (20%) of the saved baseline's step time
-  (the loop's speed measured in this process right after the save), so the work grows and
-  shrinks with the host's speed as the model's own does; the same parameters, buckets and
-  bytes.  ``--slowdown rows`` makes them 10% and 20% more *model* compute instead (2 or 4
-  more rows of the 20-row batch through forward and backward), which moves this step by less
-  (about half of it is communication) and also moves ``flops_per_step``;
+  every rank runs float32 products (``MM_UNIT_SHAPE``) in the loss for 10% (20%) of the saved
+  baseline's step, counted in host-speed control units (the saved step over its control,
+  times how many units one control takes, measured in this process right after the save),
+  so the work grows and shrinks with the host's speed as the model's own does and is 10%
+  whatever speed the host ran at when it was sized; the same parameters, buckets and bytes
+  (``flops_per_step`` does move: the products are FLOPs).  ``--slowdown spin`` spins an empty
+  Python loop instead, sized from its rate (which moved 53-88 M/s from one minute to the
+  next while the control moved by under 15%: R46's "10%" read +3.3%); ``--slowdown rows``
+  makes them 10% and 20% more *model* compute (2 or 4 more rows of the 20-row batch through
+  forward and backward), which moves this step by less (about half of it is communication);
 * ``commslow10``, ``commslow20``: the communication slower by 10% (20%) of the saved step:
-  a DDP comm hook (``comm_hook=``) runs the all-reduce and spins the same loop before its
-  future completes, as a compressing or a slower transport's hook would; compute, counts
-  and bytes unchanged.  Caught when ``comm_overhead`` or ``step_time_s`` is regressed.
+  a DDP comm hook (``comm_hook=``) runs the all-reduce and the same work (products; the
+  loop under ``--slowdown spin``) before its future completes, as a compressing or a slower
+  transport's hook would; compute, counts and bytes unchanged.  Caught when
+  ``comm_overhead`` or ``step_time_s`` is regressed.
 
 ``--kind profile`` runs the same model's DDP step under ``dist_profiler`` (``setup`` builds
 the DDP model, 3 profiled steps) instead: its exact metrics are ``profile.comm.<op>.calls``
@@ -75,6 +80,7 @@ TEST_FILE = textwrap.dedent('''
     EXTRA_ROWS = int(os.environ.get("EQ_EXTRA_ROWS", "0"))
     SPIN = int(os.environ.get("EQ_SPIN", "0"))
     COMM_SPIN = int(os.environ.get("EQ_COMM_SPIN", "0"))
+    MM = os.environ.get("EQ_MM") == "1"  # the spins count matmul units, not loop iterations
     FF = int(4 * DIM * (1 + float(os.environ.get("EQ_WIDER", "0"))))
     BARRIER = os.environ.get("EQ_BARRIER") == "1"
 
@@ -99,11 +105,28 @@ TEST_FILE = textwrap.dedent('''
         return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
 
 
+    _G = torch.Generator().manual_seed(1)
+    _X, _W = torch.randn(160, 128, generator=_G), torch.randn(128, 512, generator=_G)
+    _OUT = torch.empty(160, 512)
+
+
+    def mm_unit():  # a feed-forward product over a quarter of the batch (MM_UNIT_SHAPE)
+        torch.mm(_X, _W, out=_OUT)
+
+
+    def spin(n):
+        if MM:
+            for _ in range(n):
+                mm_unit()
+        else:
+            for _ in range(n):
+                pass
+
+
     def loss(logits):
         if BARRIER:
             dist.barrier()
-        for _ in range(SPIN):  # a slower step: CPU work that scales with the host's speed
-            pass
+        spin(SPIN)  # a slower step: CPU work that scales with the host's speed
         return logits.float().logsumexp(-1).mean()
 
 
@@ -119,8 +142,7 @@ TEST_FILE = textwrap.dedent('''
         fut = dist.all_reduce(buffer, async_op=True).get_future()
 
         def finish(f):
-            for _ in range(COMM_SPIN):
-                pass
+            spin(COMM_SPIN)
             return f.value()[0]
 
         return fut.then(finish)
@@ -167,14 +189,63 @@ SLOWDOWNS = {"slower10": 0.10, "slower20": 0.20}
 COMM_SLOWDOWNS = {"commslow10": 0.10, "commslow20": 0.20}
 
 
-def loop_rate() -> float:
-    """Iterations per second of the empty Python loop the ``spin`` slowdown runs (best of 5)."""
+#: --slowdown matmul's unit of work: a (rows x inner) @ (inner x cols) float32 product.
+MM_UNIT_SHAPE = (160, 128, 512)
+
+
+def mm_units_per_control(rounds: int = 40) -> float:
+    """How many of the matmul slowdown's units take as long as one host-speed control.
+
+    The units are sized from the saved step *in control units* (its time over its control's):
+    both are float32 matmuls, so this ratio holds whatever speed the host runs at (measured
+    1.95-2.10 for MM_UNIT_SHAPE alone, beside a busy core and beside a memory-bound one),
+    where the empty loop's rate moved from 53 to 88 M/s with the control within 15%.
+    """
+    import torch
+
+    from pytest_distperf.rank.clock import control_kernel
+
+    torch.set_num_threads(1)  # as every rank runs (threads_per_rank 1 on this host)
+    rows, inner, cols = MM_UNIT_SHAPE
+    generator = torch.Generator().manual_seed(1)
+    x, w = torch.randn(rows, inner, generator=generator), torch.randn(inner, cols,
+                                                                      generator=generator)
+    out, control = torch.empty(rows, cols), control_kernel()
+    ratios = []
+    for i in range(rounds + 5):
+        started = time.perf_counter()
+        for _ in range(8):
+            torch.mm(x, w, out=out)
+        unit = (time.perf_counter() - started) / 8
+        started = time.perf_counter()
+        control()
+        if i >= 5:  # warm-up
+            ratios.append((time.perf_counter() - started) / unit)
+    return statistics.median(ratios)
+
+
+def saved_step_in_controls(project: Path, test: str) -> float:
+    """The saved ``step_time_s`` in units of its host-speed control (the median control)."""
+    (data,) = baseline_files(project).values()
+    (env,) = data["tests"][test].values()
+    step = env["metrics"]["step_time_s"]
+    return float(step["estimate"]) / statistics.median(step["control"])
+
+
+def loop_rate(rounds: int = 20, pause: float = 0.1) -> float:
+    """Iterations per second of the empty Python loop the ``spin`` slowdown runs.
+
+    The best of ``rounds`` timings spread over a couple of seconds: a slow moment only ever
+    slows the loop, and one right after the save (its rank processes still exiting) once read
+    50.6 M/s where the host ran 66-72 M/s, which sized R46's "10%" slowdowns at about 7%.
+    """
     n, best = 2_000_000, float("inf")
-    for _ in range(5):
+    for _ in range(rounds):
         started = time.perf_counter()
         for _ in range(n):
             pass
         best = min(best, time.perf_counter() - started)
+        time.sleep(pause)
     return n / best
 
 
@@ -245,9 +316,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     parser.add_argument("--no-control", action="store_true",
                         help="ddp_step_timer(control=False): step_time_s by the plain rule")
-    parser.add_argument("--slowdown", choices=("spin", "rows"), default="spin",
-                        help="spin: the step 10%%/20%% slower by a CPU loop sized to the saved "
-                             "step (default); rows: 10%%/20%% more model compute")
+    parser.add_argument("--slowdown", choices=("matmul", "spin", "rows"), default="matmul",
+                        help="matmul: the step 10%%/20%% slower by float32 products sized to "
+                             "the saved step in host-speed control units (default); "
+                             "spin: by a Python loop sized to the saved step from the loop's "
+                             "rate; rows: 10%%/20%% more model compute")
     parser.add_argument("--kinds", default="",
                         help="comma-separated changes to run besides clean (default: all): "
                              + ", ".join(k for k in CHANGES if k != "clean"))
@@ -255,6 +328,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="ddp: ddp_step_timer (default); profile: dist_profiler's exact "
                              "counts (no slowdown runs: its timings are informational)")
     args = parser.parse_args(argv)
+    if args.no_control and args.slowdown != "spin":
+        parser.error(f"--slowdown {args.slowdown} sizes its slowdowns (rows: the communication "
+                     "ones) in host-speed control units, which --no-control does not record: "
+                     "add --slowdown spin")
     if args.no_control:
         for env in CHANGES.values():
             env["EQ_CONTROL"] = "0"
@@ -269,23 +346,32 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="distperf-ddpv-") as tmp:
         project = Path(tmp)
         (project / "test_eq.py").write_text(TEST_FILE)
+        spin_loop = args.kind == "ddp" and args.slowdown == "spin"
+        rate_before = loop_rate() if spin_loop else 0.0
         print("baseline: no file yet (the cost reference) ...", flush=True)
         bare = [run_pytest(project, CHANGES["clean"], test=test)["wall_s"] for _ in range(2)]
         print("saving the baseline ...", flush=True)
         saved = run_pytest(project, CHANGES["clean"], save=True, test=test)
         if saved["exit"] != 0:
             raise SystemExit(f"the save failed: {saved}")
+        rate = 0.0
         if args.kind == "ddp":
             step = saved["verdicts"]["step_time_s"]["current"]
-            rate = loop_rate()
+            if spin_loop:  # the best of before the bare runs and after the save
+                rate = max(rate_before, loop_rate())
+            else:  # matmul units per second of the saved step: step x rate = its units
+                rate = saved_step_in_controls(project, test) * mm_units_per_control() / step
             spins = {**({} if args.slowdown == "rows" else
                         {k: ("EQ_SPIN", extra) for k, extra in SLOWDOWNS.items()}),
                      **{k: ("EQ_COMM_SPIN", extra) for k, extra in COMM_SLOWDOWNS.items()}}
+            mm = {} if spin_loop else {"EQ_MM": "1"}
             for kind, (var, extra) in spins.items():
-                CHANGES[kind] = {**CHANGES["clean"], var: str(round(extra * step * rate))}
-            print(f"saved step {step * 1e3:.1f} ms; loop iterations per step: "
+                CHANGES[kind] = {**CHANGES["clean"], **mm,
+                                 var: str(round(extra * step * rate))}
+            print(f"saved step {step * 1e3:.1f} ms; "
+                  f"{'matmul units' if mm else 'loop iterations'} per step: "
                   f"{ {k: CHANGES[k][v] for k, (v, _) in spins.items()} } "
-                  f"({rate / 1e6:.1f} M/s)", flush=True)
+                  f"({rate:.4g}/s)", flush=True)
         timed = {*SLOWDOWNS, *COMM_SLOWDOWNS}
         order = ["clean"] * args.clean + [
             k for k in wanted if k != "clean" and (args.kind == "ddp" or k not in timed)
@@ -293,7 +379,8 @@ def main(argv: list[str] | None = None) -> None:
         random.Random(args.seed).shuffle(order)
         # the save first (kind "save"), with every measurement's samples and controls, as
         # every compare run has them: a rule can be replayed on a block from its --json
-        runs = [{**summarise("save", saved), "baseline_files": baseline_files(project)}]
+        runs = [{**summarise("save", saved), "baseline_files": baseline_files(project),
+                 "slowdown_rate": rate if args.kind == "ddp" else None}]
         for i, kind in enumerate(order, 1):
             run = summarise(kind, run_pytest(project, CHANGES[kind], test=test))
             runs.append(run)
