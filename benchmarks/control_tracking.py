@@ -1,0 +1,249 @@
+"""What the host-speed control follows, and what it does not: candidate controls beside real
+work, under neighbours that slow the host in different ways.
+
+The verdict takes out of a time the part that follows the host-speed control
+(``pytest_distperf.rank.clock.control_kernel``: 40 products of two 128x128 float32
+matrices, cache-resident).  That works while whatever slows the host slows the time and the
+control alike.  This script measures, in one process with one thread (as a rank runs),
+interleaved sample by sample:
+
+* ``step``: a training step of the small GPT-style model of ``ddp_verdicts.py`` (forward,
+  backward, SGD), without DDP;
+* ``control``: the control kernel itself;
+* ``mem2M``: 8 copies and adds of a 2 MiB buffer (what a gloo all-reduce of the gradients
+  does to memory), a candidate memory control;
+* ``mem32M``: one copy of a 32 MiB buffer (past the last-level cache), another candidate;
+* ``loop``: 500k iterations of an empty Python loop (what ``--slowdown spin`` used to run);
+* ``mm_unit``: 8 products of ``ddp_verdicts.MM_UNIT_SHAPE`` (what ``--slowdown matmul``
+  runs);
+
+under four conditions, each ``--rounds`` times, interleaved: ``quiet``; ``pyloop``, a busy
+Python loop in another process (a neighbour that uses a core and little else); ``memhog``,
+another process copying 64 MiB arrays (a neighbour that uses memory bandwidth and the
+shared cache); ``cachehog``, another process copying 2 MiB arrays (its own core's cache).
+On this 2-core VM the neighbour gets the other core, so the time-sharing of the CPU is not
+what is measured: what moves is what the two cores share.  It prints each figure's median
+under each condition, as a ratio to ``quiet``.
+
+``--pools N`` measures instead, in N fresh pairs of gloo ranks, a 4 MiB all-reduce's median
+time beside the control's and the memory candidates', and prints how they correlate across
+pools (does any of them follow the pool-to-pool moves of the all-reduce that ``bench``
+sees?).
+
+    python benchmarks/control_tracking.py              # the four conditions, 3 rounds each
+    python benchmarks/control_tracking.py --pools 14   # across fresh rank pools
+
+Results: benchmarks/control_tracking.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+NEIGHBOURS = {
+    "quiet": None,
+    "pyloop": "while True: pass",
+    "memhog": ("import numpy as np\na = np.ones(64 * 1024 * 1024 // 8)\nb = np.empty_like(a)\n"
+               "while True: np.copyto(b, a)"),
+    "cachehog": ("import numpy as np\na = np.ones(2 * 1024 * 1024 // 8)\nb = np.empty_like(a)\n"
+                 "while True: np.copyto(b, a)"),
+}
+FIGURES = ("step", "control", "mem2M", "mem32M", "loop", "mm_unit")
+
+
+def workloads() -> dict[str, Callable[[], Any]]:
+    """The timed pieces of work, built once (torch, one thread)."""
+    import torch
+
+    from pytest_distperf.rank.clock import control_kernel
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from ddp_verdicts import MM_UNIT_SHAPE
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    vocab, dim = 512, 128
+    layer = torch.nn.TransformerEncoderLayer(dim, 4, 4 * dim, dropout=0.0, batch_first=True,
+                                             norm_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, dim),
+                                torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                                torch.nn.Linear(dim, vocab))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    tokens = torch.randint(0, vocab, (20, 32))
+
+    def step() -> None:
+        opt.zero_grad()
+        model(tokens).float().logsumexp(-1).mean().backward()
+        opt.step()
+
+    small = torch.randn(512 * 1024)
+    bufs = [small.clone(), small.clone()]
+
+    def mem2m() -> None:
+        for _ in range(8):
+            bufs[0].copy_(small)
+            bufs[0].add_(bufs[1])
+
+    big = torch.randn(8 * 1024 * 1024)
+    big_out = torch.empty_like(big)
+
+    def mem32m() -> None:
+        big_out.copy_(big)
+
+    def loop() -> None:
+        for _ in range(500_000):
+            pass
+
+    rows, inner, cols = MM_UNIT_SHAPE
+    x, w, out = torch.randn(rows, inner), torch.randn(inner, cols), torch.empty(rows, cols)
+
+    def mm_unit() -> None:
+        for _ in range(8):
+            torch.mm(x, w, out=out)
+
+    return {"step": step, "control": control_kernel(), "mem2M": mem2m, "mem32M": mem32m,
+            "loop": loop, "mm_unit": mm_unit}
+
+
+def conditions(rounds: int, samples: int) -> dict[str, list[dict[str, float]]]:
+    work = workloads()
+    for _ in range(5):  # warm-up
+        for fn in work.values():
+            fn()
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in NEIGHBOURS}
+    for r in range(rounds):
+        for name, code in NEIGHBOURS.items():
+            neighbour = subprocess.Popen([sys.executable, "-c", code]) if code else None
+            try:
+                time.sleep(0.5)
+                for _ in range(samples):
+                    row = {}
+                    for figure, fn in work.items():
+                        started = time.perf_counter()
+                        fn()
+                        row[figure] = time.perf_counter() - started
+                    rows[name].append(row)
+            finally:
+                if neighbour is not None:
+                    neighbour.kill()
+                    neighbour.wait()
+            print(f"round {r + 1}/{rounds}: {name} done", flush=True)
+    return rows
+
+
+def report_conditions(rows: dict[str, list[dict[str, float]]]) -> None:
+    medians = {name: {f: statistics.median(row[f] for row in mine) for f in FIGURES}
+               for name, mine in rows.items()}
+    quiet = medians["quiet"]
+    print(f"\n{'neighbour':<10}" + "".join(f"{f:>9}" for f in FIGURES)
+          + "   (median, ratio to quiet)")
+    for name, figures in medians.items():
+        print(f"{name:<10}" + "".join(f"{figures[f] / quiet[f]:>9.3f}" for f in FIGURES))
+    print(f"{'quiet, ms':<10}" + "".join(f"{quiet[f] * 1e3:>9.2f}" for f in FIGURES))
+    mm = [row["control"] / row["mm_unit"] for mine in rows.values() for row in mine]
+    print(f"mm_unit products per control (x8): median {statistics.median(mm) * 8:.2f} over all "
+          "conditions; by condition: " + ", ".join(
+              f"{name} {statistics.median(r['control'] / r['mm_unit'] for r in mine) * 8:.2f}"
+              for name, mine in rows.items()))
+
+
+def _pool_rank(rank: int, port: int, calls: int, queue: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from pytest_distperf.rank.clock import control_kernel
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        control = control_kernel()
+        tensor = torch.ones(1024 * 1024)  # 4 MiB
+        small = torch.randn(512 * 1024)
+        bufs = [small.clone(), small.clone()]
+        big = torch.randn(8 * 1024 * 1024)
+        big_out = torch.empty_like(big)
+
+        def mem2m() -> None:
+            for _ in range(8):
+                bufs[0].copy_(small)
+                bufs[0].add_(bufs[1])
+
+        work = {"all_reduce": lambda: dist.all_reduce(tensor), "control": control,
+                "mem2M": mem2m, "mem32M": lambda: big_out.copy_(big)}
+        for _ in range(5):
+            for fn in work.values():
+                fn()
+        times: dict[str, list[float]] = {name: [] for name in work}
+        for _ in range(calls):
+            for name, fn in work.items():
+                dist.barrier()
+                started = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - started)
+        if rank == 0:
+            queue.put({name: statistics.median(v) for name, v in times.items()})
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def pools(n: int, calls: int) -> list[dict[str, float]]:
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = []
+    for p in range(n):
+        queue = ctx.Queue()
+        port = 29600 + (os.getpid() + p) % 2000
+        procs = [ctx.Process(target=_pool_rank, args=(r, port, calls, queue)) for r in range(2)]
+        for proc in procs:
+            proc.start()
+        out.append(queue.get(timeout=300))
+        for proc in procs:
+            proc.join()
+        print(f"pool {p + 1}/{n}: "
+              + "  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in out[-1].items()), flush=True)
+    return out
+
+
+def report_pools(rows: list[dict[str, float]]) -> None:
+    logs = {k: [math.log(r[k]) for r in rows] for k in rows[0]}
+    corr = {k: statistics.correlation(logs["all_reduce"], v) for k, v in logs.items()
+            if k != "all_reduce"}
+    print("\nacross pools, correlation of log medians with the all-reduce's: "
+          + ", ".join(f"{k} {c:+.2f}" for k, c in corr.items()))
+    print("max/min of the pool medians: " + ", ".join(
+        f"{k} {max(r[k] for r in rows) / min(r[k] for r in rows):.2f}" for k in rows[0]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the four conditions")
+    parser.add_argument("--samples", type=int, default=30, help="samples per condition a round")
+    parser.add_argument("--pools", type=int, default=0,
+                        help="measure across this many fresh rank pools instead")
+    parser.add_argument("--calls", type=int, default=30, help="all-reduces per pool")
+    args = parser.parse_args(argv)
+    if min(args.rounds, args.samples, args.calls) < 1 or args.pools < 0:
+        parser.error("--rounds, --samples and --calls must be at least 1, --pools at least 0")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}", flush=True)
+    if args.pools:
+        report_pools(pools(args.pools, args.calls))
+    else:
+        report_conditions(conditions(args.rounds, args.samples))
+
+
+if __name__ == "__main__":
+    main()
