@@ -21,7 +21,7 @@ process with a fresh rank pool, in shuffled order:
   so the work grows and shrinks with the host's speed as the model's own does and is 10%
   whatever speed the host ran at when it was sized; the same parameters, buckets and bytes
   (``flops_per_step`` does move: the products are FLOPs).  ``--slowdown spin`` spins an empty
-  Python loop instead, sized from its rate (which moved 53-88 M/s from one minute to the
+  Python loop instead, sized from its rate (which moved 53-93 M/s from one moment to the
   next while the control moved by under 15%: R46's "10%" read +3.3%); ``--slowdown rows``
   makes them 10% and 20% more *model* compute (2 or 4 more rows of the 20-row batch through
   forward and backward), which moves this step by less (about half of it is communication);
@@ -197,9 +197,10 @@ def mm_units_per_control(rounds: int = 40) -> float:
     """How many of the matmul slowdown's units take as long as one host-speed control.
 
     The units are sized from the saved step *in control units* (its time over its control's):
-    both are float32 matmuls, so this ratio holds whatever speed the host runs at (measured
-    1.95-2.10 for MM_UNIT_SHAPE alone, beside a busy core and beside a memory-bound one),
-    where the empty loop's rate moved from 53 to 88 M/s with the control within 15%.
+    both are float32 matmuls, so this ratio holds whatever speed the host runs at (7.6-8.0
+    products of MM_UNIT_SHAPE per control alone, beside a busy core and beside a memory-bound
+    one: benchmarks/control_tracking.md), where the empty loop's rate moved from 53 to 93 M/s
+    with the control within 15%.
     """
     import torch
 
