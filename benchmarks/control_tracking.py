@@ -32,6 +32,13 @@ sees?).
 
     python benchmarks/control_tracking.py              # the four conditions, 3 rounds each
     python benchmarks/control_tracking.py --pools 14   # across fresh rank pools
+    python benchmarks/control_tracking.py --watch 20   # 20 minutes of the host as it drifts
+
+``--watch M`` samples the step, the control and ``mem2M`` (10 of each, interleaved) every
+few seconds for M minutes, with no neighbour, and prints how the step's moves over time
+split between the two: the least-squares fit of log step on log control alone, on log
+``mem2M`` alone and on both.  Run it when the host drifts (a compare run's control far from
+its save's with the noise probe reading nothing) to see whether memory is what moved.
 
 Results: benchmarks/control_tracking.md.
 """
@@ -156,6 +163,47 @@ def report_conditions(rows: dict[str, list[dict[str, float]]]) -> None:
               for name, mine in rows.items()))
 
 
+def watch(minutes: float, every: float = 3.0) -> list[dict[str, float]]:
+    work = workloads()
+    names = ("step", "control", "mem2M")
+    for _ in range(5):
+        for name in names:
+            work[name]()
+    rows, end = [], time.monotonic() + 60 * minutes
+    while time.monotonic() < end:
+        started = time.monotonic()
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(10):
+            for name in names:
+                t0 = time.perf_counter()
+                work[name]()
+                times[name].append(time.perf_counter() - t0)
+        rows.append({name: statistics.median(v) for name, v in times.items()})
+        if len(rows) % 20 == 0:
+            print(f"{time.strftime('%H:%M:%S', time.gmtime())} "
+                  + "  ".join(f"{k} {v * 1e3:.2f} ms" for k, v in rows[-1].items()), flush=True)
+        time.sleep(max(0.0, every - (time.monotonic() - started)))
+    return rows
+
+
+def report_watch(rows: list[dict[str, float]]) -> None:
+    import numpy as np
+
+    logs = {k: np.log([r[k] for r in rows]) for k in rows[0]}
+    step = logs["step"] - logs["step"].mean()
+    print(f"\n{len(rows)} points; max/min of each over the watch: " + ", ".join(
+        f"{k} {math.exp(v.max() - v.min()):.3f}" for k, v in logs.items()))
+    for label, keys in (("control", ["control"]), ("mem2M", ["mem2M"]),
+                        ("both", ["control", "mem2M"])):
+        x = np.column_stack([logs[k] - logs[k].mean() for k in keys])
+        coef, *_ = np.linalg.lstsq(x, step, rcond=None)
+        resid = step - x @ coef
+        r2 = 1 - float(resid @ resid) / float(step @ step) if float(step @ step) else 0.0
+        print(f"log step on {label}: slopes "
+              + ", ".join(f"{k} {c:.2f}" for k, c in zip(keys, coef, strict=True))
+              + f"; share of the step's variance explained {r2:.2f}")
+
+
 def _pool_rank(rank: int, port: int, calls: int, queue: Any) -> None:
     import torch
     import torch.distributed as dist
@@ -233,13 +281,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pools", type=int, default=0,
                         help="measure across this many fresh rank pools instead")
     parser.add_argument("--calls", type=int, default=30, help="all-reduces per pool")
+    parser.add_argument("--watch", type=float, default=0.0,
+                        help="watch the host for this many minutes instead")
     args = parser.parse_args(argv)
-    if min(args.rounds, args.samples, args.calls) < 1 or args.pools < 0:
-        parser.error("--rounds, --samples and --calls must be at least 1, --pools at least 0")
+    if min(args.rounds, args.samples, args.calls) < 1 or min(args.pools, args.watch) < 0:
+        parser.error("--rounds, --samples and --calls must be at least 1, --pools and "
+                     "--watch at least 0")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}", flush=True)
-    if args.pools:
+    if args.watch:
+        report_watch(watch(args.watch))
+    elif args.pools:
         report_pools(pools(args.pools, args.calls))
     else:
         report_conditions(conditions(args.rounds, args.samples))
