@@ -67,6 +67,26 @@ NEIGHBOURS = {
 FIGURES = ("step", "control", "mem2M", "mem32M", "loop", "mm_unit")
 
 
+def memory_candidates() -> dict[str, Callable[[], Any]]:
+    """The two candidate memory controls, ``mem2M`` and ``mem32M``, built once."""
+    import torch
+
+    small = torch.randn(512 * 1024)
+    bufs = [small.clone(), small.clone()]
+    big = torch.randn(8 * 1024 * 1024)
+    big_out = torch.empty_like(big)
+
+    def mem2m() -> None:
+        for _ in range(8):
+            bufs[0].copy_(small)
+            bufs[0].add_(bufs[1])
+
+    def mem32m() -> None:
+        big_out.copy_(big)
+
+    return {"mem2M": mem2m, "mem32M": mem32m}
+
+
 def workloads() -> dict[str, Callable[[], Any]]:
     """The timed pieces of work, built once (torch, one thread)."""
     import torch
@@ -74,7 +94,7 @@ def workloads() -> dict[str, Callable[[], Any]]:
     from pytest_distperf.rank.clock import control_kernel
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from ddp_verdicts import MM_UNIT_SHAPE
+    from ddp_verdicts import MM_UNIT_SHAPE, mm_product
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -92,33 +112,18 @@ def workloads() -> dict[str, Callable[[], Any]]:
         model(tokens).float().logsumexp(-1).mean().backward()
         opt.step()
 
-    small = torch.randn(512 * 1024)
-    bufs = [small.clone(), small.clone()]
-
-    def mem2m() -> None:
-        for _ in range(8):
-            bufs[0].copy_(small)
-            bufs[0].add_(bufs[1])
-
-    big = torch.randn(8 * 1024 * 1024)
-    big_out = torch.empty_like(big)
-
-    def mem32m() -> None:
-        big_out.copy_(big)
-
     def loop() -> None:
         for _ in range(500_000):
             pass
 
-    rows, inner, cols = MM_UNIT_SHAPE
-    x, w, out = torch.randn(rows, inner), torch.randn(inner, cols), torch.empty(rows, cols)
+    product = mm_product(*MM_UNIT_SHAPE)
 
     def mm_unit() -> None:
         for _ in range(8):
-            torch.mm(x, w, out=out)
+            product()
 
-    return {"step": step, "control": control_kernel(), "mem2M": mem2m, "mem32M": mem32m,
-            "loop": loop, "mm_unit": mm_unit}
+    return {"step": step, "control": control_kernel(), **memory_candidates(), "loop": loop,
+            "mm_unit": mm_unit}
 
 
 def conditions(rounds: int, samples: int) -> dict[str, list[dict[str, float]]]:
@@ -214,20 +219,9 @@ def _pool_rank(rank: int, port: int, calls: int, queue: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        control = control_kernel()
         tensor = torch.ones(1024 * 1024)  # 4 MiB
-        small = torch.randn(512 * 1024)
-        bufs = [small.clone(), small.clone()]
-        big = torch.randn(8 * 1024 * 1024)
-        big_out = torch.empty_like(big)
-
-        def mem2m() -> None:
-            for _ in range(8):
-                bufs[0].copy_(small)
-                bufs[0].add_(bufs[1])
-
-        work = {"all_reduce": lambda: dist.all_reduce(tensor), "control": control,
-                "mem2M": mem2m, "mem32M": lambda: big_out.copy_(big)}
+        work = {"all_reduce": lambda: dist.all_reduce(tensor), "control": control_kernel(),
+                **memory_candidates()}
         for _ in range(5):
             for fn in work.values():
                 fn()

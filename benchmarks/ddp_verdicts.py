@@ -67,6 +67,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,8 @@ TEST_FILE = textwrap.dedent('''
     EXTRA_ROWS = int(os.environ.get("EQ_EXTRA_ROWS", "0"))
     SPIN = int(os.environ.get("EQ_SPIN", "0"))
     COMM_SPIN = int(os.environ.get("EQ_COMM_SPIN", "0"))
-    MM = os.environ.get("EQ_MM") == "1"  # the spins count matmul units, not loop iterations
+    # the spins count products of this (rows, inner, cols) shape, not loop iterations
+    MM = [int(v) for v in os.environ.get("EQ_MM", "").split(",") if v]
     FF = int(4 * DIM * (1 + float(os.environ.get("EQ_WIDER", "0"))))
     BARRIER = os.environ.get("EQ_BARRIER") == "1"
 
@@ -105,19 +107,16 @@ TEST_FILE = textwrap.dedent('''
         return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
 
 
-    _G = torch.Generator().manual_seed(1)
-    _X, _W = torch.randn(160, 128, generator=_G), torch.randn(128, 512, generator=_G)
-    _OUT = torch.empty(160, 512)
-
-
-    def mm_unit():  # a feed-forward product over a quarter of the batch (MM_UNIT_SHAPE)
-        torch.mm(_X, _W, out=_OUT)
+    if MM:  # built once, as mm_product() in ddp_verdicts.py builds it
+        _G = torch.Generator().manual_seed(1)
+        _X, _W = torch.randn(MM[0], MM[1], generator=_G), torch.randn(MM[1], MM[2], generator=_G)
+        _OUT = torch.empty(MM[0], MM[2])
 
 
     def spin(n):
         if MM:
             for _ in range(n):
-                mm_unit()
+                torch.mm(_X, _W, out=_OUT)
         else:
             for _ in range(n):
                 pass
@@ -207,16 +206,12 @@ def mm_units_per_control(rounds: int = 40) -> float:
     from pytest_distperf.rank.clock import control_kernel
 
     torch.set_num_threads(1)  # as every rank runs (threads_per_rank 1 on this host)
-    rows, inner, cols = MM_UNIT_SHAPE
-    generator = torch.Generator().manual_seed(1)
-    x, w = torch.randn(rows, inner, generator=generator), torch.randn(inner, cols,
-                                                                      generator=generator)
-    out, control = torch.empty(rows, cols), control_kernel()
+    product, control = mm_product(*MM_UNIT_SHAPE), control_kernel()
     ratios = []
     for i in range(rounds + 5):
         started = time.perf_counter()
         for _ in range(8):
-            torch.mm(x, w, out=out)
+            product()
         unit = (time.perf_counter() - started) / 8
         started = time.perf_counter()
         control()
@@ -248,6 +243,18 @@ def loop_rate(rounds: int = 20, pause: float = 0.1) -> float:
         best = min(best, time.perf_counter() - started)
         time.sleep(pause)
     return n / best
+
+
+def mm_product(rows: int, inner: int, cols: int) -> Callable[[], Any]:
+    """One unit of the matmul slowdown: a (rows x inner) @ (inner x cols) float32 product
+    into a preallocated output (fixed inputs, seeded)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(rows, inner, generator=generator)
+    w = torch.randn(inner, cols, generator=generator)
+    out = torch.empty(rows, cols)
+    return lambda: torch.mm(x, w, out=out)
 
 
 def run_pytest(project: Path, env_extra: dict[str, str], *, save: bool = False,
@@ -365,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
             spins = {**({} if args.slowdown == "rows" else
                         {k: ("EQ_SPIN", extra) for k, extra in SLOWDOWNS.items()}),
                      **{k: ("EQ_COMM_SPIN", extra) for k, extra in COMM_SLOWDOWNS.items()}}
-            mm = {} if spin_loop else {"EQ_MM": "1"}
+            mm = {} if spin_loop else {"EQ_MM": ",".join(map(str, MM_UNIT_SHAPE))}
             for kind, (var, extra) in spins.items():
                 CHANGES[kind] = {**CHANGES["clean"], **mm,
                                  var: str(round(extra * step * rate))}
