@@ -94,7 +94,8 @@ def _environment(header: str, environments: Sequence[Environment]) -> list[str]:
     for env in environments:
         device = (f"{env.device_count} x {env.device_model}" if env.device_type == "cuda"
                   else f"{env.device_model}, {env.cpu_cores} cores, "
-                       f"{env.threads_per_rank} thread(s) per rank")
+                       f"{env.threads_per_rank} thread(s) per rank"
+                       + (f" bound to {env.bound_cores} core(s)" if env.bound_cores else ""))
         versions = f"torch {env.torch_version}" + (f", NCCL {env.nccl_version}"
                                                      if env.nccl_version else "")
         lines.append(f"- {env.world_size} ranks, {env.backend} on {env.device_type} "

@@ -88,13 +88,17 @@ class Environment:
     #: are different machines
     cpu_cores: int = 0
     threads_per_rank: int = 0
+    #: on CPU ranks: the cores each rank is bound to (0: not bound, the scheduler moves
+    #: them), which changes a gloo collective's time by half (docs/pool.md)
+    bound_cores: int = 0
 
     def key(self) -> str:
-        """A stable, readable key, e.g. ``gloo-cpu-w2-c2t1-torch2.13.0`` (2 cores, 1 thread
-        per rank; the device model is separate)."""
+        """A stable, readable key, e.g. ``gloo-cpu-w2-c2t1b1-torch2.13.0`` (2 cores, 1
+        thread per rank, each rank bound to 1 core; the device model is separate)."""
         parts = [self.backend, self.device_type, f"w{self.world_size}"]
         if self.cpu_cores:
-            parts.append(f"c{self.cpu_cores}t{self.threads_per_rank}")
+            bound = f"b{self.bound_cores}" if self.bound_cores else ""
+            parts.append(f"c{self.cpu_cores}t{self.threads_per_rank}{bound}")
         parts.append(f"torch{self.torch_version.split('+')[0]}")
         if self.nccl_version:
             parts.append(f"nccl{self.nccl_version}")

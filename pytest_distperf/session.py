@@ -194,7 +194,7 @@ class DistperfSession:
 
             self._engine = RankPool(self.world_size, self.backend,
                                     device_offset=self.device_offset,
-                                    timeout_s=self.cfg.timeout_s)
+                                    timeout_s=self.cfg.timeout_s, bind=self.cfg.bind_ranks)
             self._handle_sigterm()
         return self._engine
 
@@ -219,6 +219,7 @@ class DistperfSession:
                 nccl_version=info["nccl_version"],
                 cpu_cores=int(info.get("cores", 0)) if cpu else 0,
                 threads_per_rank=int(info.get("threads", 0)) if cpu else 0,
+                bound_cores=int(info.get("bound_cores", 0)) if cpu else 0,
             )
         return self._environments[size]
 
@@ -228,10 +229,13 @@ class DistperfSession:
         if self.mode == "torchrun":
             pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
         else:
-            from pytest_distperf.launcher import threads_per_rank
+            from pytest_distperf.launcher import rank_cores, threads_per_rank
 
+            bound = (self.cfg.bind_ranks and self.backend != "nccl"
+                     and rank_cores(self.world_size) is not None)
             pool = (f"spawned on first use and kept for the session "
-                    f"({threads_per_rank(self.world_size)} CPU threads per rank)")
+                    f"({threads_per_rank(self.world_size)} CPU threads per rank"
+                    f"{', each rank bound to its own cores' if bound else ''})")
         if self.device_type == "cuda":
             first = self.device_offset
             device = f"cuda (devices {first}..{first + self.world_size - 1} " \

@@ -75,8 +75,10 @@ def test_environment_ids_keep_hardware_apart() -> None:
     two = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "", 2, 1)
     sixteen = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "", 16, 8)
     assert bl.environment_id(sixteen) == "gloo-cpu-w2-c16t8-torch2.13.0-amd-epyc-7r13"
-    ids = {bl.environment_id(e) for e in (CPU, CPU4, H100, a100, two, sixteen)}
-    assert len(ids) == 6
+    bound = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "", 2, 1, 1)
+    assert bl.environment_id(bound) == "gloo-cpu-w2-c2t1b1-torch2.13.0-amd-epyc-7r13"
+    ids = {bl.environment_id(e) for e in (CPU, CPU4, H100, a100, two, sixteen, bound)}
+    assert len(ids) == 7
 
 
 def test_a_baseline_from_before_core_counts_is_read_and_not_compared(tmp_path: Path) -> None:
@@ -85,7 +87,8 @@ def test_a_baseline_from_before_core_counts_is_read_and_not_compared(tmp_path: P
     path = tmp_path / "test_x.toml"
     save(path, "test_a", CPU, **{"w.time_s": stored()})
     text = path.read_text()
-    old = text.replace("cpu_cores = 0\n", "").replace("threads_per_rank = 0\n", "")
+    old = (text.replace("cpu_cores = 0\n", "").replace("threads_per_rank = 0\n", "")
+           .replace("bound_cores = 0\n", ""))
     assert old != text
     path.write_text(old)
     file = bl.load(path)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from fault_cases import start_held_run, wait_gone
 
+from pytest_distperf import launcher
 from pytest_distperf.launcher import RankError, RankPool, RankTimeout, is_secondary
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -211,6 +212,48 @@ def _report(failures: dict[int, str], stuck: list[int],
     with pytest.raises(RankError) as info:
         pool._fail("run(f)", failures, stuck, "[rank 1] printed", 3.2, 60.0)
     return info.value
+
+
+@pytest.mark.parametrize(("cores", "ranks", "expected"), [
+    ([0, 1], 2, [(0,), (1,)]),
+    ([0, 1, 2, 3, 4, 5, 6, 7], 3, [(0, 1), (2, 3), (4, 5)]),  # two cores left over
+    ([2, 3, 6, 7], 2, [(2, 3), (6, 7)]),  # the cores this process may use, not 0..n
+    ([0, 1], 4, None),  # more ranks than cores: the scheduler shares them out
+])
+def test_each_rank_gets_its_own_cores(monkeypatch: pytest.MonkeyPatch, cores: list[int],
+                                      ranks: int, expected: object) -> None:
+    monkeypatch.setattr(launcher, "host_cores", lambda: cores)
+    assert launcher.rank_cores(ranks) == expected
+    if expected is not None:
+        assert all(len(c) == launcher.threads_per_rank(ranks) for c in expected)
+
+
+@pytest.mark.skipif(len(launcher.host_cores()) < 2 or not hasattr(os, "sched_setaffinity"),
+                    reason="binding ranks needs a core per rank")
+@pytest.mark.parametrize("bind", [True, False])
+def test_ranks_bound_to_their_own_cores(bind: bool) -> None:
+    """Real ranks: bound, each runs on its own core, and the fresh pools of a re-measurement
+    are bound the same; unbound (``--distperf-no-bind``), each may run on every core."""
+    pool = RankPool(2, "gloo", timeout_s=60, bind=bind)
+    fresh = pool.sibling()
+    try:
+        pool.start()
+        fresh.start()
+        everything = launcher.host_cores()
+        for started in (pool, fresh):
+            got = started.execute(lambda: sorted(os.sched_getaffinity(0)), (), {}, 2,
+                                  "run(affinity)")
+            info = started.rank_info()
+            assert [i["cores"] for i in info] == [len(everything)] * 2
+            if bind:
+                assert got == [[c] for c in everything[:2]], got
+                assert [i["bound_cores"] for i in info] == [1, 1]
+            else:
+                assert got == [everything, everything], got
+                assert [i["bound_cores"] for i in info] == [0, 0]
+    finally:
+        pool.close()
+        fresh.close()
 
 
 def _order(text: str, *parts: str) -> list[int]:

@@ -96,6 +96,7 @@ def main(
     threads: int,
     parent_pid: int,
     timeout_s: float,
+    cores: tuple[int, ...] = (),
 ) -> None:
     """The rank process: guard, join the group, serve the controller's calls until told to
     stop (or the controller goes away)."""
@@ -116,10 +117,27 @@ def main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     stacks = open(stack_file, "w")  # noqa: SIM115 - stays open for faulthandler
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    host_cores = _cores()
+    bound = _bind(cores)
     _join(rank, world_size, backend, store_port, device_index, threads, timeout_s)
-    conn.send_bytes(cloudpickle.dumps(("ready", describe(rank, backend, device_index))))
+    info = describe(rank, backend, device_index)
+    info.update(cores=host_cores, bound_cores=bound)
+    conn.send_bytes(cloudpickle.dumps(("ready", info)))
     set_phase("idle")
     _serve(conn, rank, world_size)
+
+
+def _bind(cores: tuple[int, ...]) -> int:
+    """Bind this process (and the threads torch starts later) to ``cores``; how many it is
+    bound to (0: not bound, where none are given or the system refuses)."""
+    if not cores:
+        return 0
+    try:
+        os.sched_setaffinity(0, cores)
+    except (AttributeError, OSError, ValueError) as exc:
+        print(f"distperf: rank not bound to cores {list(cores)}: {exc}", flush=True)
+        return 0
+    return len(cores)
 
 
 def _join(rank: int, world_size: int, backend: str, store_port: int,
@@ -290,6 +308,7 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         "torch_version": str(torch.__version__),  # a str subclass: plain str travels
         "threads": torch.get_num_threads(),
         "cores": _cores(),
+        "bound_cores": 0,
         "nccl_version": "",
         "device_model": _cpu_model() or platform.processor() or platform.machine(),
     }

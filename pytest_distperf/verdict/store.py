@@ -52,7 +52,7 @@ _ENV_FIELDS: tuple[tuple[str, type], ...] = (
 #: Environment fields a file written before they existed lacks: 0 there (not compared
 #: equal to a CPU runner's count, so such a baseline is not comparable, and says why).
 _OPTIONAL_ENV_FIELDS: tuple[tuple[str, type], ...] = (
-    ("cpu_cores", int), ("threads_per_rank", int),
+    ("cpu_cores", int), ("threads_per_rank", int), ("bound_cores", int),
 )
 
 
