@@ -37,8 +37,14 @@ sees?).
 ``--watch M`` samples the step, the control and ``mem2M`` (10 of each, interleaved) every
 few seconds for M minutes, with no neighbour, and prints how the step's moves over time
 split between the two: the least-squares fit of log step on log control alone, on log
-``mem2M`` alone and on both.  Run it when the host drifts (a compare run's control far from
-its save's with the noise probe reading nothing) to see whether memory is what moved.
+``mem2M`` alone and on both, the same fits on minute means (the host's slower moves, what
+lies between a save and a compare run), and how much slower each figure ran in the slow
+spells (the control 5% or more above its usual).  Run it when the host drifts (a compare
+run's control far from its save's with the noise probe reading nothing) to see whether
+memory is what moved; one per core, as two ranks load the host:
+
+    taskset -c 0 python benchmarks/control_tracking.py --watch 20 --json w0.json &
+    taskset -c 1 python benchmarks/control_tracking.py --watch 20 --json w1.json
 
 Results: benchmarks/control_tracking.md.
 """
@@ -46,6 +52,7 @@ Results: benchmarks/control_tracking.md.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -191,20 +198,41 @@ def watch(minutes: float, every: float = 3.0) -> list[dict[str, float]]:
     return rows
 
 
-def report_watch(rows: list[dict[str, float]]) -> None:
+def report_watch(rows: list[dict[str, float]], every: float = 3.0) -> None:
     import numpy as np
 
     logs = {k: np.log([r[k] for r in rows]) for k in rows[0]}
-    step = logs["step"] - logs["step"].mean()
     print(f"\n{len(rows)} points; max/min of each over the watch: " + ", ".join(
         f"{k} {math.exp(v.max() - v.min()):.3f}" for k, v in logs.items()))
-    for label, keys in (("control", ["control"]), ("mem2M", ["mem2M"]),
-                        ("both", ["control", "mem2M"])):
+    _fits("", logs)
+    # the host's moves over a minute, which is what lies between a save and a compare run
+    # (single points also carry each figure's own sampling jitter, which dilutes a fit)
+    k = max(1, round(60 / every))
+    if len(rows) > 2 * k:
+        _fits("minute means: ", {name: np.convolve(v, np.ones(k) / k, mode="valid")
+                                 for name, v in logs.items()})
+    # the slow spells: the control 5% or more above its usual (its 10% quantile)
+    excess = {name: v - np.quantile(v, 0.1) for name, v in logs.items()}
+    slow = excess["control"] >= math.log(1.05)
+    if slow.any():
+        print(f"slow spells ({int(slow.sum())} of {len(rows)} points, the control 5% or more "
+              "above its 10% quantile): each slower by " + ", ".join(
+                  f"{name} {math.exp(float(v[slow].mean())) - 1:+.1%}"
+                  for name, v in excess.items()))
+
+
+def _fits(label: str, logs: dict[str, Any]) -> None:
+    """Least-squares fits of log step on log control, log mem2M and both (centred)."""
+    import numpy as np
+
+    step = logs["step"] - logs["step"].mean()
+    for name, keys in (("control", ["control"]), ("mem2M", ["mem2M"]),
+                       ("both", ["control", "mem2M"])):
         x = np.column_stack([logs[k] - logs[k].mean() for k in keys])
         coef, *_ = np.linalg.lstsq(x, step, rcond=None)
         resid = step - x @ coef
         r2 = 1 - float(resid @ resid) / float(step @ step) if float(step @ step) else 0.0
-        print(f"log step on {label}: slopes "
+        print(f"{label}log step on {name}: slopes "
               + ", ".join(f"{k} {c:.2f}" for k, c in zip(keys, coef, strict=True))
               + f"; share of the step's variance explained {r2:.2f}")
 
@@ -277,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=30, help="all-reduces per pool")
     parser.add_argument("--watch", type=float, default=0.0,
                         help="watch the host for this many minutes instead")
+    parser.add_argument("--json", help="--watch: write the points here as well")
     args = parser.parse_args(argv)
     if min(args.rounds, args.samples, args.calls) < 1 or min(args.pools, args.watch) < 0:
         parser.error("--rounds, --samples and --calls must be at least 1, --pools and "
@@ -285,7 +314,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}", flush=True)
     if args.watch:
-        report_watch(watch(args.watch))
+        rows = watch(args.watch)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"every_s": 3.0, "points": rows}, f)
+        report_watch(rows)
     elif args.pools:
         report_pools(pools(args.pools, args.calls))
     else:

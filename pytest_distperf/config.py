@@ -97,7 +97,7 @@ class DistperfConfig:
     trace_dir: Path | None = None
     strict: bool = False
     same_ranks: bool = False  # re-measure on the pool's own ranks, never on fresh ones
-    bind_ranks: bool = True  # bind each CPU rank to its own cores where they fit
+    bind_ranks: bool = False  # bind each CPU rank to its own cores where they fit
     tolerance: float = DEFAULT_TOLERANCE  # of the baseline comparison; marker/baselines override
     exact_tolerance: float = DEFAULT_EXACT_TOLERANCE  # of exact metrics, absolute
 

@@ -119,19 +119,33 @@ def threads_per_rank(world_size: int) -> int:
     return max(1, len(host_cores()) // world_size)
 
 
-def rank_cores(world_size: int) -> list[tuple[int, ...]] | None:
-    """The cores each CPU rank is bound to: rank r to the r-th run of
-    :func:`threads_per_rank` of them, in the order the system numbers them; None (no
-    binding) where the ranks outnumber the cores, or where a process cannot be bound.
+def _topology_order(cpu: int) -> tuple[int, int, int]:
+    """(package, core, cpu): sorted by it, the hardware threads of one physical core sit
+    side by side (Linux numbers them apart: 0 and 8 on an 8-core, 16-thread CPU)."""
+    base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+    try:
+        with open(base + "physical_package_id") as f:
+            package = int(f.read())
+        with open(base + "core_id") as f:
+            core = int(f.read())
+    except (OSError, ValueError):
+        return (0, cpu, cpu)
+    return (package, core, cpu)
 
-    Unbound, the scheduler moves the ranks' threads between the cores, and a gloo
-    collective runs in two regimes about 1.5x apart that change from one second to the
-    next: a 4 MiB all-reduce on 2 ranks of this project's 2-core host measured 1.48x faster
-    bound, with half the spread between measurements (docs/pool.md, "Binding ranks to
-    cores")."""
+
+def rank_cores(world_size: int) -> list[tuple[int, ...]] | None:
+    """The cores each CPU rank is bound to with ``--distperf-bind``: rank r to the r-th run
+    of :func:`threads_per_rank` of them, the hardware threads of a physical core side by side
+    (so that ranks share no core where the counts allow); None (no binding) where the ranks
+    outnumber the cores, or where a process cannot be bound.
+
+    Bound, a 4 MiB gloo all-reduce on 2 ranks of this project's 2-core host ran 1.35-1.5x
+    faster, but a set of bound processes could keep a slow regime (1.6x) for many
+    measurements, which made the verdicts on its bandwidth worse, so it is not the
+    default (docs/pool.md, *Binding*; benchmarks/rank_binding.md)."""
     if not hasattr(os, "sched_setaffinity"):
         return None
-    cores = host_cores()
+    cores = sorted(host_cores(), key=_topology_order)
     if world_size > len(cores):
         return None
     each = len(cores) // world_size
@@ -146,7 +160,7 @@ class RankPool:
     def __init__(
         self, world_size: int, backend: str, *, device_offset: int = 0,
         timeout_s: float = 300.0, startup_timeout_s: float | None = None,
-        bind: bool = True,
+        bind: bool = False,
     ) -> None:
         self.world_size = world_size
         self.bind = bind  # bind each CPU rank to its own cores (rank_cores), where they fit

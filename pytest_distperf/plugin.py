@@ -67,9 +67,9 @@ HELP_SAME_RANKS = ("repeat ddp_step_timer measurements (a save's, a confirmation
                    "pool's own ranks; by default on CPU ranks each round of them runs on "
                    "freshly started ones, so that one set of processes' speed does not decide "
                    "a baseline or a verdict")
-HELP_NO_BIND = ("leave CPU ranks unbound: by default each rank of a gloo pool is bound to "
-                "its own cores where the ranks fit on them (threads per rank each), which "
-                "makes collectives faster and steadier; baselines are kept apart by it")
+HELP_BIND = ("bind each rank of a gloo pool to its own cores (threads per rank of them) "
+             "where the ranks fit on them, as CPU training jobs are run; baselines are kept "
+             "apart by it (default: the scheduler places the ranks)")
 HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
                   "marker's tolerance and the baseline file's thresholds table override it")
 HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per step) may move "
@@ -101,7 +101,7 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-trace", "distperf_trace", "str", HELP_TRACE),
     ("--distperf-strict", "distperf_strict", "flag", HELP_STRICT),
     ("--distperf-same-ranks", "distperf_same_ranks", "flag", HELP_SAME_RANKS),
-    ("--distperf-no-bind", "distperf_no_bind", "flag", HELP_NO_BIND),
+    ("--distperf-bind", "distperf_bind", "flag", HELP_BIND),
     ("--distperf-tolerance", "distperf_tolerance", "str", HELP_TOLERANCE),
     ("--distperf-exact-tolerance", "distperf_exact_tolerance", "str", HELP_EXACT_TOLERANCE),
 )
@@ -198,7 +198,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         trace_dir=values.get("distperf_trace"),
         strict=values.get("distperf_strict", False),
         same_ranks=values.get("distperf_same_ranks", False),
-        bind_ranks=not values.get("distperf_no_bind", False),
+        bind_ranks=values.get("distperf_bind", False),
         tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
         exact_tolerance=values.get("distperf_exact_tolerance", DEFAULT_EXACT_TOLERANCE),
     )

@@ -88,8 +88,9 @@ class Environment:
     #: are different machines
     cpu_cores: int = 0
     threads_per_rank: int = 0
-    #: on CPU ranks: the cores each rank is bound to (0: not bound, the scheduler moves
-    #: them), which changes a gloo collective's time by half (docs/pool.md)
+    #: on CPU ranks: the cores each rank is bound to with ``--distperf-bind`` (0: not
+    #: bound, the scheduler places them); a gloo collective ran 1.35-1.5x faster bound
+    #: (docs/pool.md)
     bound_cores: int = 0
 
     def key(self) -> str:

@@ -7,6 +7,7 @@ import fractions
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from pytest_distperf.config import (
     place_ranks,
     validate_marker_kwargs,
 )
+from pytest_distperf.launcher import host_cores
 from pytest_distperf.records import (
     Environment,
     Measurement,
@@ -241,6 +243,26 @@ def test_more_ranks_than_cores_is_said_in_the_header(pytester: pytest.Pytester) 
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"distperf: warning: {cores + 1} ranks on {cores} CPU cores: *"])
+
+
+def test_bind_reaches_the_ranks(pytester: pytest.Pytester) -> None:
+    """``--distperf-bind`` reaches the pool: each rank runs on a core of its own, the header
+    says so, and the environment key has its ``b`` part (binding itself, and the default,
+    unbound: tests/test_pool.py)."""
+    if len(host_cores()) < 2 or not hasattr(os, "sched_setaffinity"):
+        pytest.skip("binding ranks needs a core per rank")
+    pytester.makepyfile(test_x=(
+        "import os\n"
+        "def test_x(nccl_group):\n"
+        "    got = nccl_group.run(lambda: sorted(os.sched_getaffinity(0)))\n"
+        "    assert len(got[0]) == len(got[1]) == 1 and got[0] != got[1], got\n"
+        "    nccl_group.measure('nap', lambda: None, iters=5)\n"))
+    result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", "--distperf-bind",
+                                           "--distperf-json", "r.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*pool: *each rank bound to its own cores*"])
+    key = json.loads((pytester.path / "r.json").read_text())["environments"][0]["key"]
+    assert re.fullmatch(r"gloo-cpu-w2-c\d+t1b1-torch.*", key), key
 
 
 def test_what_the_fuzzer_found_in_option_and_marker_values() -> None:

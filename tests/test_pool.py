@@ -216,13 +216,17 @@ def _report(failures: dict[int, str], stuck: list[int],
 
 @pytest.mark.parametrize(("cores", "ranks", "expected"), [
     ([0, 1], 2, [(0,), (1,)]),
-    ([0, 1, 2, 3, 4, 5, 6, 7], 3, [(0, 1), (2, 3), (4, 5)]),  # two cores left over
-    ([2, 3, 6, 7], 2, [(2, 3), (6, 7)]),  # the cores this process may use, not 0..n
+    ([0, 1, 2, 3, 4, 5, 6, 7], 3, [(0, 4), (1, 5), (2, 6)]),  # two cores left over
+    ([2, 3, 6, 7], 2, [(2, 6), (3, 7)]),  # the cores this process may use, not 0..n
+    ([0, 1, 2, 3, 4, 5, 6, 7], 8, [(0,), (4,), (1,), (5,), (2,), (6,), (3,), (7,)]),
     ([0, 1], 4, None),  # more ranks than cores: the scheduler shares them out
 ])
 def test_each_rank_gets_its_own_cores(monkeypatch: pytest.MonkeyPatch, cores: list[int],
                                       ranks: int, expected: object) -> None:
+    # a 4-core CPU with two hardware threads per core, numbered as Linux does: cpu c and
+    # cpu c + 4 are the two threads of core c
     monkeypatch.setattr(launcher, "host_cores", lambda: cores)
+    monkeypatch.setattr(launcher, "_topology_order", lambda cpu: (0, cpu % 4, cpu))
     assert launcher.rank_cores(ranks) == expected
     if expected is not None:
         assert all(len(c) == launcher.threads_per_rank(ranks) for c in expected)
@@ -232,8 +236,9 @@ def test_each_rank_gets_its_own_cores(monkeypatch: pytest.MonkeyPatch, cores: li
                     reason="binding ranks needs a core per rank")
 @pytest.mark.parametrize("bind", [True, False])
 def test_ranks_bound_to_their_own_cores(bind: bool) -> None:
-    """Real ranks: bound, each runs on its own core, and the fresh pools of a re-measurement
-    are bound the same; unbound (``--distperf-no-bind``), each may run on every core."""
+    """Real ranks: bound (``--distperf-bind``), each runs on its own core, and the fresh
+    pools of a re-measurement are bound the same; unbound (the default), each may run on
+    every core."""
     pool = RankPool(2, "gloo", timeout_s=60, bind=bind)
     fresh = pool.sibling()
     try:
@@ -343,6 +348,7 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     result.stdout.fnmatch_lines([
         "distperf: 2 ranks, backend gloo, device cpu*, torch *, pool: spawned on first use*",
     ])
+    assert "bound" not in result.stdout.str()  # unless --distperf-bind (test_config.py)
     text = result.stdout.str()
     # a rank raises while the other waits for it in a collective: the root cause first (the
     # rank number and its traceback, pointing at the user's line), then the rank that got
