@@ -712,6 +712,31 @@ def test_a_slowdown_is_caught_with_the_control_after_pooling() -> None:
     assert a.host_change is not None and a.host_change < -0.15
 
 
+def test_a_measurement_slowed_alone_is_set_aside() -> None:
+    """One measurement of six at half the speed of its siblings, with its control as quick
+    as theirs (R52: a gloo all-reduce's slow regime, which the probe does not see), is set
+    aside: the five others say unchanged; so are five of six when the sixth ran that much
+    faster (R56).  A slowdown of every measurement is no outlier: still caught, however
+    far."""
+    base = stored_controlled()
+    odd = controlled(scaled(2.0))
+    verdict, a, _, _ = decide(base, odd, *[controlled()] * (CREG - 1))
+    assert verdict == bl.UNCHANGED and abs(a.change or 0.0) < 1e-9
+    assert len(bl.without_outliers([odd, controlled(), controlled()], 0.10)) == 2
+    verdict, a, _, _ = decide(base, *[odd] * (CREG - 1), controlled())
+    assert verdict == bl.UNCHANGED and abs(a.change or 0.0) < 1e-9
+    # within OUTLIER_FACTOR x the tolerance of the fastest sibling: kept
+    near = controlled(scaled(1 + bl.OUTLIER_FACTOR * 0.10 * 0.9))
+    assert len(bl.without_outliers([near, controlled(), controlled()], 0.10)) == 3
+    # slower relative to its own control only: a host that slowed, not an outlier
+    host = controlled(scaled(2.0), scaled(2.0, CONTROL))
+    assert len(bl.without_outliers([host, controlled(), controlled()], 0.10)) == 3
+    # two measurements say nothing about which is odd
+    assert len(bl.without_outliers([odd, controlled()], 0.10)) == 2
+    verdict, a, _, _ = decide(base, *[controlled(scaled(3.0))] * CREG)
+    assert verdict == bl.REGRESSED and a.change == pytest.approx(2.0, rel=1e-6)
+
+
 def test_the_control_screens_then_pools() -> None:
     base = stored_controlled()
     line = 0.10 * bl.DECISION_FRACTION

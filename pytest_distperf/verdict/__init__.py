@@ -56,6 +56,7 @@ _EXPORTS = {
     "DECISION_FRACTION": "pytest_distperf.verdict.rule",
     "MAX_ROUNDS": "pytest_distperf.verdict.rule",
     "NOISY_BACKOFF_S": "pytest_distperf.verdict.rule",
+    "OUTLIER_FACTOR": "pytest_distperf.verdict.rule",
     "SAVE_MAX_WINDOWS": "pytest_distperf.verdict.rule",
     "SAVE_PAUSE_S": "pytest_distperf.verdict.rule",
     "SAVE_WINDOWS": "pytest_distperf.verdict.rule",
@@ -68,6 +69,7 @@ _EXPORTS = {
     "decide_exact": "pytest_distperf.verdict.rule",
     "noise_reasons": "pytest_distperf.verdict.rule",
     "spread_limit": "pytest_distperf.verdict.rule",
+    "without_outliers": "pytest_distperf.verdict.rule",
     # stats
     "EXACT_PAIRS": "pytest_distperf.verdict.stats",
     "estimate": "pytest_distperf.verdict.stats",
@@ -109,6 +111,7 @@ __all__ = [
     "NOISY_BACKOFF_S",
     "NOT_COMPARABLE",
     "NO_BASELINE",
+    "OUTLIER_FACTOR",
     "REGRESSED",
     "SAVED",
     "SAVE_MAX_WINDOWS",
@@ -151,6 +154,7 @@ __all__ = [
     "split_nodeid",
     "spread",
     "spread_limit",
+    "without_outliers",
 ]
 
 
