@@ -892,6 +892,22 @@ def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -
     assert "host-speed control +0.0%" in "\n".join(report.verdict_table([v]))
 
 
+def test_a_save_leaves_out_a_measurement_slowed_alone() -> None:
+    """A save's measurement half as fast as its quiet siblings (a rate: a bus bandwidth),
+    with its control as quick as theirs, is left out of the baseline as a compare run
+    leaves it out (R57: a save half in a gloo slow regime read later runs as improved)."""
+    def metric(factor: float) -> Metric:
+        return Metric("bw", 2.0 * factor, "GB/s", True, scaled(factor), control=CONTROL)
+
+    j = judgement(None, metric(1.0), save=True)
+    for i in range(1, CREG):
+        j.add_window("measure(w)", [metric(0.5 if i == 2 else 1.0)], QUIET)
+    (entry,) = j.save_entries()
+    kept = entry.metrics["bw"]
+    assert kept.measurements == (20,) * (CREG - 1)  # the slow one left out
+    assert min(kept.samples) >= min(TIMES)
+
+
 def test_verdicts_travel_with_the_record_and_render() -> None:
     v = Verdict("w.time_s", bl.REGRESSED, "env", "s", False, 0.02, 0.04, 1.0, 0.9999, 0.1, 2,
                 0.01, 0.08, 0.03, "confirmed by 2 measurements")

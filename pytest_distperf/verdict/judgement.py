@@ -52,6 +52,7 @@ from pytest_distperf.verdict.rule import (
     pooled,
     representative,
     spread_limit,
+    without_outliers,
 )
 from pytest_distperf.verdict.stats import estimate, selection_figure, spread
 from pytest_distperf.verdict.store import (
@@ -328,6 +329,11 @@ class Save(Judgement):
             return self._kept_window(name)
         wins = self.windows[name]
         quiet = [w for w in wins if self.trusted(name, w)]
+        # a measurement slowed alone is left out, as a compare run leaves it out
+        # (rule.OUTLIER_FACTOR): a baseline half in a gloo slow regime reads every later
+        # run in the fast one as an improvement, and a 10% slowdown as none (R57)
+        quiet = without_outliers(quiet, self.tolerance,
+                                 higher_is_better=self.metrics[name].higher_is_better)
         return pooled(quiet or wins)
 
     def _to_store(self, name: str, window: Window) -> StoredMetric:

@@ -420,20 +420,26 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
                       noisy, math.exp(host_log) - 1.0, fitted if slope is None else slope)
 
 
-def without_outliers(windows: Sequence[Window], tolerance: float, *,
-                     slower: bool = True) -> list[Window]:
+def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: bool = True,
+                     higher_is_better: bool = False) -> list[Window]:
     """The quiet measurements of one run with the control, less those slower than the
     fastest of the others by more than ``OUTLIER_FACTOR`` x the tolerance (among 3 or
     more), each measurement's 25% quantile taken over its control's; with ``slower`` false,
     less those faster than the slowest of the others by as much (an improvement must hold
     without them: one set of processes can also run fast).  The fastest (the slowest) is
-    always kept."""
+    always kept.  ``higher_is_better``: the samples are rates (judged as the times they
+    stand for)."""
     if len(windows) < 3:
         return list(windows)
     q = CONTROL_ESTIMATOR_QUANTILE
     sign = 1.0 if slower else -1.0
-    levels = [sign * (math.log(quantile_or_nan(w.samples, q))
-                      - math.log(quantile_or_nan(w.control, q))) for w in windows]
+
+    def level(w: Window) -> float:
+        time = (-math.log(quantile_or_nan(w.samples, 1.0 - q)) if higher_is_better
+                else math.log(quantile_or_nan(w.samples, q)))
+        return sign * (time - math.log(quantile_or_nan(w.control, q)))
+
+    levels = [level(w) for w in windows]
     limit = math.log1p(OUTLIER_FACTOR * tolerance)
     return [w for i, w in enumerate(windows)
             if not levels[i] - min(levels[:i] + levels[i + 1:]) > limit]
