@@ -180,7 +180,8 @@ BETWEEN_SLOPE = 1.0
 #: of one set of processes' measurements; another VM on the host).  A slowdown of the code
 #: slows every measurement.  An improvement must hold with the mirror set aside as well
 #: (measurements faster than the slowest of the others by as much): a set of processes can
-#: run fast too.  Replayed on the recorded blocks (benchmarks/verdict_quality.md,
+#: run fast too.  A save leaves such measurements out of the baseline as well
+#: (judgement.Save).  Replayed on the recorded blocks (benchmarks/verdict_quality.md,
 #: R56): `bench`'s five false alarms in R47, R52 and R56 went and every catch stayed; one of
 #: R48's five DDP false alarms went; every `measure()` verdict stayed.  Against the median
 #: of the others instead of the fastest, R56's two stayed; at 2x, a 20% slowdown of R47 was
