@@ -735,6 +735,12 @@ def test_a_measurement_slowed_alone_is_set_aside() -> None:
     assert len(bl.without_outliers([odd, controlled()], 0.10)) == 2
     verdict, a, _, _ = decide(base, *[controlled(scaled(3.0))] * CREG)
     assert verdict == bl.REGRESSED and a.change == pytest.approx(2.0, rel=1e-6)
+    # a regression says what it set aside, so that a person can weigh it
+    slow = controlled(scaled(1.2))
+    verdict, a, detail, _ = decide(base, controlled(scaled(2.4)), *[slow] * (CREG - 1))
+    assert verdict == bl.REGRESSED and a.change == pytest.approx(0.2, rel=1e-6)
+    assert "1 measurement(s) set aside: 30% or more slower than another" in detail
+    assert "set aside" not in decide(base, *[slow] * CREG)[2]
 
 
 def test_the_control_screens_then_pools() -> None:

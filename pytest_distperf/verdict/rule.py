@@ -231,6 +231,7 @@ class Assessment:
     noisy: tuple[str, ...]  # why this window cannot be trusted
     host_change: float | None = None  # how much slower the host-speed control ran
     control_slope: float | None = None  # how strongly the time follows the control
+    set_aside: int = 0  # quiet measurements set aside as slowed (or sped up) alone
 
     @property
     def trusted(self) -> bool:
@@ -398,7 +399,8 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     limit = base_spread_limit(base)
     reasons = [noise_reasons(w, False, limit=limit) for w in windows]
     quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
-    quiet = without_outliers(quiet, tolerance, slower=slower)
+    kept = without_outliers(quiet, tolerance, slower=slower)
+    set_aside, quiet = len(quiet) - len(kept), kept
     use = quiet or list(windows)
     cur = pooled(use)
     fitted = control_slope(base, use)
@@ -418,7 +420,8 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     return Assessment(b, c, change, change, big_enough and change >= line,
                       big_enough and -change >= line, mann_whitney_greater(rc, rb),
                       mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
-                      noisy, math.exp(host_log) - 1.0, fitted if slope is None else slope)
+                      noisy, math.exp(host_log) - 1.0, fitted if slope is None else slope,
+                      set_aside)
 
 
 def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: bool = True,
@@ -475,7 +478,8 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     fast_beyond_host = abs(fast.worse) >= SLOPE_ERROR * host
     if (fast.trusted and fast_most.better_like and fast_beyond_host
             and _significant(fast_most.p_better)):
-        return IMPROVED, fast, "better than the baseline: re-save with --distperf-save", False
+        return IMPROVED, fast, ("better than the baseline: re-save with --distperf-save"
+                                + _aside(fast, tolerance, "faster")), False
     # the screen: the quiet measurements so far, pooled, are near the baseline at either end
     # of the slope: unchanged, whatever the count (only a regression needs all
     # CONTROL_WINDOWS)
@@ -511,7 +515,7 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
         if other is not a:
             how += (f"; {pct(other.change)} with the host's change taken out in "
                     "proportion")
-        return REGRESSED, a, how, False
+        return REGRESSED, a, how + _aside(a, tolerance, "slower"), False
     return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
                              f"{least.p_worse:.3g} >= {ALPHA})"), False
 
@@ -524,6 +528,16 @@ def _ends(base: StoredMetric, windows: Sequence[Window], tolerance: float,
         return a, a
     other = assess_controlled(base, windows, tolerance, slope=BETWEEN_SLOPE, slower=slower)
     return (a, other) if a.worse <= other.worse else (other, a)
+
+
+def _aside(a: Assessment, tolerance: float, how: str) -> str:
+    """What a verdict's detail says of the measurements :func:`without_outliers` set
+    aside (nothing when none was)."""
+    if not a.set_aside:
+        return ""
+    return (f"; {a.set_aside} measurement(s) set aside: {OUTLIER_FACTOR * tolerance:.0%} or "
+            f"more {how} than another of this run relative to the host-speed control "
+            "(something the noise probe does not see)")
 
 
 def _host(change: float) -> str:
