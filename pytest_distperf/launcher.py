@@ -37,6 +37,7 @@ import cloudpickle
 
 from pytest_distperf import leftovers
 from pytest_distperf.rank import worker
+from pytest_distperf.rank.worker import host_cores
 from pytest_distperf.ranklogs import RankLogs
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
@@ -106,14 +107,6 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
-def host_cores() -> list[int]:
-    """The CPU cores this process may run on (its affinity; all of them where unknown)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return list(range(os.cpu_count() or 1))
-
-
 def threads_per_rank(world_size: int) -> int:
     """About cores / ranks, at least one: ranks must not fight over the cores."""
     return max(1, len(host_cores()) // world_size)
@@ -133,17 +126,18 @@ def _topology_order(cpu: int) -> tuple[int, int, int]:
     return (package, core, cpu)
 
 
-def rank_cores(world_size: int) -> list[tuple[int, ...]] | None:
+def rank_cores(world_size: int, backend: str) -> list[tuple[int, ...]] | None:
     """The cores each CPU rank is bound to with ``--distperf-bind``: rank r to the r-th run
     of :func:`threads_per_rank` of them, the hardware threads of a physical core side by side
-    (so that ranks share no core where the counts allow); None (no binding) where the ranks
-    outnumber the cores, or where a process cannot be bound.
+    (so that ranks share no core where the counts allow); None (no binding) for NCCL ranks
+    (their host threads belong near their GPU, which only the machine's topology tells),
+    where the ranks outnumber the cores, or where a process cannot be bound.
 
     Bound, a 4 MiB gloo all-reduce on 2 ranks of this project's 2-core host ran 1.35-1.5x
     faster, but a set of bound processes could keep a slow regime (1.6x) for many
     measurements, which made the verdicts on its bandwidth worse, so it is not the
     default (docs/pool.md, *Binding*; benchmarks/rank_binding.md)."""
-    if not hasattr(os, "sched_setaffinity"):
+    if backend == "nccl" or not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(host_cores(), key=_topology_order)
     if world_size > len(cores):
@@ -239,9 +233,7 @@ class RankPool:
         )
         ctx = mp.get_context("spawn")
         threads = threads_per_rank(self.world_size)
-        # NCCL ranks are left where they are: their host threads belong near their GPU,
-        # which only the machine's topology tells
-        cores = rank_cores(self.world_size) if self.bind and self.backend != "nccl" else None
+        cores = rank_cores(self.world_size, self.backend) if self.bind else None
         for rank in range(self.world_size):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             phase = ctx.Array("c", 256, lock=False)

@@ -231,8 +231,8 @@ class DistperfSession:
         else:
             from pytest_distperf.launcher import rank_cores, threads_per_rank
 
-            bound = (self.cfg.bind_ranks and self.backend != "nccl"
-                     and rank_cores(self.world_size) is not None)
+            bound = (self.cfg.bind_ranks
+                     and rank_cores(self.world_size, self.backend) is not None)
             pool = (f"spawned on first use and kept for the session "
                     f"({threads_per_rank(self.world_size)} CPU threads per rank"
                     f"{', each rank bound to its own cores' if bound else ''})")

@@ -227,7 +227,8 @@ def test_each_rank_gets_its_own_cores(monkeypatch: pytest.MonkeyPatch, cores: li
     # cpu c + 4 are the two threads of core c
     monkeypatch.setattr(launcher, "host_cores", lambda: cores)
     monkeypatch.setattr(launcher, "_topology_order", lambda cpu: (0, cpu % 4, cpu))
-    assert launcher.rank_cores(ranks) == expected
+    assert launcher.rank_cores(ranks, "gloo") == expected
+    assert launcher.rank_cores(ranks, "nccl") is None  # a GPU rank's threads stay near it
     if expected is not None:
         assert all(len(c) == launcher.threads_per_rank(ranks) for c in expected)
 

@@ -117,11 +117,11 @@ def main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
     stacks = open(stack_file, "w")  # noqa: SIM115 - stays open for faulthandler
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
-    host_cores = _cores()
+    cores_here = len(host_cores())
     bound = _bind(cores)
     _join(rank, world_size, backend, store_port, device_index, threads, timeout_s)
     info = describe(rank, backend, device_index)
-    info.update(cores=host_cores, bound_cores=bound)
+    info.update(cores=cores_here, bound_cores=bound)
     conn.send_bytes(cloudpickle.dumps(("ready", info)))
     set_phase("idle")
     _serve(conn, rank, world_size)
@@ -307,7 +307,7 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         "pid": os.getpid(),
         "torch_version": str(torch.__version__),  # a str subclass: plain str travels
         "threads": torch.get_num_threads(),
-        "cores": _cores(),
+        "cores": len(host_cores()),
         "bound_cores": 0,
         "nccl_version": "",
         "device_model": _cpu_model() or platform.processor() or platform.machine(),
@@ -319,12 +319,12 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
     return info
 
 
-def _cores() -> int:
+def host_cores() -> list[int]:
     """The CPU cores this process may run on (its affinity; all of them where unknown)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
 
 
 def _cpu_model() -> str:
