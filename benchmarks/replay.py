@@ -6,8 +6,9 @@ controlled metric's verdicts from them with the rule in ``pytest_distperf/verdic
 as it is now (the sequential screen included: the rule asks for one measurement at a time),
 and, with ``--host-change``, as if the host had run that much slower (negative: faster) at
 every compare run than at the save: each compare run's times and controls scaled together,
-the times by ``(1 + change) ** follow`` (``--follow 1``: work on the host's CPU, which
-follows a slower host 1:1; 0: work that waits).  That is the case a same-run control cannot
+both controls (compute and memory) by ``1 + change``, the times by ``(1 + change) **
+follow`` (``--follow 1``: work on the host's CPU, which follows a slower host 1:1; 0: work
+that waits).  That is the case a same-run control cannot
 learn from within the runs: a host whose speed moved between the save and the compare runs,
 not within them (benchmarks/verdict_quality.md, R33).
 
@@ -107,7 +108,9 @@ def windows(measurements: list[dict[str, Any]], scale: float,
     for m in measurements:
         samples = tuple(v * time_scale for v in m["samples"])
         out.append(rule.Window(median_or_nan(samples), samples, noise_of(m),
-                               tuple(c * scale for c in m.get("control", ()))))
+                               tuple(c * scale for c in m.get("control", ())),
+                               memory_control=tuple(c * scale
+                                                    for c in m.get("memory_control", ()))))
     return out
 
 

@@ -357,6 +357,8 @@ def _step_samples(ranks: Sequence[RankStep], steps_s: Sequence[float],
         "imbalance": _imbalance_per_step([r.no_sync_step_s for r in ranks]),
         **({"control_s": per_step_max([r.control_s for r in ranks])}
            if all(len(r.control_s) == len(r.step_s) > 0 for r in ranks) else {}),
+        **({"memory_control_s": per_step_max([r.memory_control_s for r in ranks])}
+           if all(len(r.memory_control_s) == len(r.step_s) > 0 for r in ranks) else {}),
     }
 
 

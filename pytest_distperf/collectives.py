@@ -189,8 +189,9 @@ def build_result(spec: BenchSpec, per_rank: Sequence[Sequence[SizeOutcome]], *,
         wrong = sum(o.wrong for o in outcomes)
         first = next((o.first_wrong for o in outcomes if o.first_wrong), "")
         control = slowest_control([o.control for o in outcomes], len(samples_us))
+        memory = slowest_control([o.memory_control for o in outcomes], len(samples_us))
         rows.append(CollectiveRow(label, size_bytes, count, time_us, algbw, algbw * factor,
-                                  wrong, samples_us, per_rank_us, first, control))
+                                  wrong, samples_us, per_rank_us, first, control, memory))
     return CollectiveResult(spec.op, spec.world_size, backend, device_type, spec.dtype,
                             spec.warmup, spec.iters, factor, tuple(rows))
 

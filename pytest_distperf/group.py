@@ -140,7 +140,8 @@ class DistGroup:
             per_rank = self.call(measure_on_rank, (fn, args, kwargs, warmup, iters, control),
                                  {}, label)
             return MeasureResult.from_per_rank(name, [r.samples for r in per_rank],
-                                               [r.control for r in per_rank])
+                                               [r.control for r in per_rank],
+                                               [r.memory_control for r in per_rank])
 
         result = once()
         self.record(label, result.metrics(), result, lambda: once().metrics())

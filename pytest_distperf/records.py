@@ -117,7 +117,8 @@ class Metric:
     ``ranks`` are the ranks a breach concerns (stragglers); ``hint`` is what to do about a
     breach; ``control``, for a time measured on CPU ranks, holds per sample the time of the
     host-speed control run right after it (:mod:`pytest_distperf.rank.clock`), with which
-    the verdict takes the host's speed out.
+    the verdict takes the host's speed out, and ``memory_control`` the memory control's,
+    run right after that (() in records older than it).
     """
 
     name: str
@@ -131,6 +132,7 @@ class Metric:
     world_size: int = 0  # the group the metric was measured on (0: the test's group)
     control: tuple[float, ...] = ()  # seconds, one per sample; () when there is no control
     kind: str = ""  # MEASURED (""), EXACT or INFORMATIONAL: how the baseline judges it
+    memory_control: tuple[float, ...] = ()  # seconds, one per sample, or ()
 
     @property
     def is_fraction(self) -> bool:
@@ -179,6 +181,7 @@ class Measured:
     steal: float | None = None
     wait: float | None = None
     other_load: float | None = None
+    memory_control: tuple[float, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -299,10 +302,11 @@ class TestRecord:
 @dataclasses.dataclass(frozen=True, slots=True)
 class RankTimes:
     """One rank's reply to ``measure()``: seconds per timed iteration, and of the host-speed
-    control after each (empty without one)."""
+    control after each (empty without one), and of the memory control after that."""
 
     samples: tuple[float, ...]
     control: tuple[float, ...] = ()
+    memory_control: tuple[float, ...] = ()
 
 
 def slowest_control(per_rank: Sequence[Sequence[float]], iterations: int) -> tuple[float, ...]:
@@ -322,13 +326,17 @@ class MeasureResult:
     samples: tuple[float, ...]  # seconds per iteration, slowest rank
     #: seconds of the host-speed control after each iteration, slowest rank; () without one
     control: tuple[float, ...] = ()
+    #: seconds of the memory control after each iteration, slowest rank; () without one
+    memory_control: tuple[float, ...] = ()
 
     @classmethod
     def from_per_rank(cls, name: str, per_rank: Sequence[Sequence[float]],
-                      control_per_rank: Sequence[Sequence[float]] = ()) -> MeasureResult:
+                      control_per_rank: Sequence[Sequence[float]] = (),
+                      memory_per_rank: Sequence[Sequence[float]] = ()) -> MeasureResult:
         rows = tuple(tuple(float(v) for v in r) for r in per_rank)
         samples = tuple(max(col) for col in zip(*rows, strict=True)) if rows else ()
-        return cls(name, rows, samples, slowest_control(control_per_rank, len(samples)))
+        return cls(name, rows, samples, slowest_control(control_per_rank, len(samples)),
+                   slowest_control(memory_per_rank, len(samples)))
 
     @property
     def time_s(self) -> float:
@@ -337,7 +345,7 @@ class MeasureResult:
 
     def metrics(self) -> list[Metric]:
         return [Metric(f"{self.name}.time_s", self.time_s, "s", False, self.samples,
-                       control=self.control)]
+                       control=self.control, memory_control=self.memory_control)]
 
 
 def gbps(nbytes: float, time_us: float) -> float:
@@ -382,12 +390,14 @@ class BenchSpec:
 class SizeOutcome:
     """One rank's reply for one size of ``bench``: seconds per timed iteration, and the
     correctness check (wrong elements, where the first one was); ``control``: seconds of the
-    host-speed control after each iteration (CPU ranks; else ())."""
+    host-speed control after each iteration (CPU ranks; else ()), ``memory_control`` of the
+    memory control after that."""
 
     samples: tuple[float, ...]
     wrong: int
     first_wrong: str = ""
     control: tuple[float, ...] = ()
+    memory_control: tuple[float, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -421,6 +431,8 @@ class CollectiveRow:
     first_wrong: str = ""  # where the first wrong element was seen, when wrong > 0
     #: per iteration, the slowest rank's host-speed control (seconds; () without one)
     control_s: tuple[float, ...] = ()
+    #: per iteration, the slowest rank's memory control (seconds; () without one)
+    memory_control_s: tuple[float, ...] = ()
 
     @property
     def spread(self) -> float:
@@ -470,11 +482,13 @@ class CollectiveResult:
         for row in self.rows:
             if self.op == "barrier":
                 out.append(Metric("barrier.time_us", row.time_us, "us", False, row.samples_us,
-                                  world_size=self.world_size, control=row.control_s))
+                                  world_size=self.world_size, control=row.control_s,
+                                  memory_control=row.memory_control_s))
                 continue
             samples = tuple(gbps(row.size_bytes, t) * self.bus_factor for t in row.samples_us)
             out.append(Metric(f"{self.op}.{row.label}.busbw_gbps", row.busbw_gbps, "GB/s", True,
-                              samples, world_size=self.world_size, control=row.control_s))
+                              samples, world_size=self.world_size, control=row.control_s,
+                              memory_control=row.memory_control_s))
         return out
 
 
@@ -667,6 +681,8 @@ class RankStep:
     buckets: int | None = None
     #: seconds of the host-speed control run after every synchronised step (CPU; else ())
     control_s: tuple[float, ...] = ()
+    #: seconds of the memory control run after each of those (CPU; else ())
+    memory_control_s: tuple[float, ...] = ()
     #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
     flops: int = 0
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the

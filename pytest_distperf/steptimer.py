@@ -250,6 +250,12 @@ def _comm_hook(hook: Any, wrapper: str) -> tuple[Any, Callable[[Any, Any], Any]]
     return state, fn
 
 
+def _paired(control: tuple[float, ...], times: tuple[float, ...]) -> tuple[float, ...]:
+    """``control`` where it has one figure per time (the step's or the no-sync steps'),
+    else ()."""
+    return control if len(control) == len(times) else ()
+
+
 def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
     """The metrics a :class:`StepTiming` is judged by (thresholds and baselines): the
     measured ones (the step, and its compute: the no-sync steps, each with the host-speed
@@ -262,9 +268,10 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
     steps = samples.get("step_s", ())
     no_sync = samples.get("no_sync_step_s", ())
     control = samples.get("control_s", ())
+    memory = samples.get("memory_control_s", ())
     return [
         Metric(f"{prefix}step_time_s", timing.step_time_s, "s", False, steps, world_size=w,
-               control=control if len(control) == len(steps) else ()),
+               control=_paired(control, steps), memory_control=_paired(memory, steps)),
         Metric(f"{prefix}throughput", timing.throughput, "samples/s", True,
                samples.get("throughput", ()), world_size=w, kind=INFORMATIONAL),
         Metric(f"{prefix}comm_overhead", timing.comm_overhead, "fraction", False,
@@ -275,7 +282,8 @@ def step_metrics(timing: StepTiming, prefix: str = "") -> list[Metric]:
                ranks=_imbalance_ranks(timing), hint=_hint(timing, "imbalance"),
                world_size=w),
         Metric(f"{prefix}compute_time_s", timing.compute_time_s, "s", False, no_sync,
-               world_size=w, control=control if len(control) == len(no_sync) else ()),
+               world_size=w, control=_paired(control, no_sync),
+               memory_control=_paired(memory, no_sync)),
         Metric(f"{prefix}exposed_comm_s", timing.comm_overhead * timing.step_time_s, "s",
                False, exposed, world_size=w, kind=INFORMATIONAL),
         *comm_count_metrics(timing.comm_counts, f"{prefix}comm.", w, "/step"),

@@ -207,6 +207,14 @@ BAD_FILES = {
                     '[tests.t.e.metrics."w.time_s"]\nunit = "s"\nhigher_is_better = false\n'
                     'value = 1.0\nsamples = [1.0, 2.0]\ncontrol = [0.5]\n', 16,
                     "control must be a list of positive numbers, one per sample"),
+    "bad_memory_control": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
+                           'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
+                           'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
+                           '[tests.t.e.metrics."w.time_s"]\nunit = "s"\n'
+                           'higher_is_better = false\nvalue = 1.0\nsamples = [1.0, 2.0]\n'
+                           'control = [0.5, 0.5]\nmemory_control = [0.1, -0.1]\n', 17,
+                           "memory_control must be a list of positive numbers, one per "
+                           "sample"),
     "bad_measurements": (GOOD_HEAD + '[environments.e]\nbackend = "gloo"\n'
                          'device_type = "cpu"\ndevice_model = "m"\ndevice_count = 0\n'
                          'world_size = 2\ntorch_version = "2"\nnccl_version = ""\n'
@@ -612,21 +620,30 @@ CREG = bl.CONTROL_WINDOWS
 HOST = (0.9, 1.0, 1.1, 0.95, 1.05, 1.15)
 
 
+MEMORY = tuple(0.0009 + 0.00001 * (i % 5) for i in range(20))  # the memory control, ~0.9 ms
+
+
 def controlled(samples: tuple[float, ...] = TIMES, control: tuple[float, ...] = CONTROL,
-               noise: NoiseFigures | None = QUIET) -> bl.Window:
-    return bl.Window(samples[len(samples) // 2], samples, noise, control)
+               noise: NoiseFigures | None = QUIET,
+               memory: tuple[float, ...] = ()) -> bl.Window:
+    return bl.Window(samples[len(samples) // 2], samples, noise, control,
+                     memory_control=memory)
 
 
-def stored_controlled(follows: float = 1.0) -> bl.StoredMetric:
+def stored_controlled(follows: float = 1.0, memory: bool = False) -> bl.StoredMetric:
     """A baseline of six measurements at the speeds of HOST, the time following the control
-    with slope ``follows`` (1: CPU-bound work; 0: a sleep)."""
+    with slope ``follows`` (1: CPU-bound work; 0: a sleep); ``memory``: with a memory
+    control that moved with the host too."""
     samples: list[float] = []
     control: list[float] = []
+    mem: list[float] = []
     for h in HOST:
         samples += scaled(h ** follows)
         control += scaled(h, CONTROL)
+        mem += scaled(h, MEMORY)
     return bl.StoredMetric("s", False, TIMES[10], tuple(samples), control=tuple(control),
-                           measurements=(len(TIMES),) * len(HOST))
+                           measurements=(len(TIMES),) * len(HOST),
+                           memory_control=tuple(mem) if memory else ())
 
 
 @pytest.mark.parametrize("follows", [0.0, 0.5, 1.0, 2.0])
@@ -691,6 +708,40 @@ def test_a_host_change_between_the_sides_is_taken_out_at_the_fit_and_in_proporti
     # where the host held its speed the two ends agree and nothing changes
     verdict, a, _, more = decide(base, controlled(scaled(1.025 ** 0.3), scaled(1.025, CONTROL)))
     assert (verdict, more) == (bl.UNCHANGED, False) and abs(a.change or 0.0) < 1e-9
+
+
+def test_a_verdict_must_hold_with_the_host_change_taken_out_on_the_memory_control() -> None:
+    """The host's drifts slowed a training step 1.4-1.6x as much as the compute control and
+    1.2x as much as a memory control (benchmarks/control_tracking.md): a regression or an
+    improvement must hold with the host's change taken out 1:1 on the memory control as
+    well, a veto that never turns an unchanged run into anything else."""
+    base = stored_controlled(memory=True)
+    host = 1.025  # the save's median host speed
+    # a drift: the compute control 10% slower, the memory control and the time 25% slower
+    drift = controlled(scaled(host * 1.25), scaled(host * 1.1, CONTROL),
+                       memory=scaled(host * 1.25, MEMORY))
+    verdict, a, detail, _ = decide(base, *[drift] * CREG)
+    assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(1.25 / 1.1 - 1, abs=0.005)
+    assert "its memory control 25% slower" in detail
+    assert "+0.0% in proportion to the memory control" in detail
+    # without the memory control (a baseline saved before it) the same runs regress
+    old = dataclasses.replace(base, memory_control=())
+    assert decide(old, *[drift] * CREG)[0] == bl.REGRESSED
+    # a slowdown of the code on a steady host holds on both controls
+    slow = controlled(scaled(host * 1.2), scaled(host, CONTROL), memory=scaled(host, MEMORY))
+    verdict, _, detail, _ = decide(base, *[slow] * CREG)
+    assert verdict == bl.REGRESSED and "+20.0% in proportion to the memory control" in detail
+    # the memory control 15% faster, the time and the compute control as at the save: the
+    # memory end reads +17.6%, and the run is unchanged all the same
+    same = controlled(scaled(host), scaled(host, CONTROL), memory=scaled(host * 0.85, MEMORY))
+    verdict, a, _, more = decide(base, same)
+    assert (verdict, more) == (bl.UNCHANGED, False) and abs(a.change or 0.0) < 1e-9
+    # an improvement the memory control's speed-up explains is none
+    quick = controlled(scaled(host * 0.8), scaled(host, CONTROL),
+                       memory=scaled(host * 0.8, MEMORY))
+    assert decide(base, *[quick] * CREG)[0] != bl.IMPROVED
+    assert decide(dataclasses.replace(base, memory_control=()), *[quick] * CREG)[0] \
+        == bl.IMPROVED
 
 
 def test_a_slowdown_is_caught_with_the_control_after_pooling() -> None:

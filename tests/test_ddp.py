@@ -300,6 +300,8 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     # the host-speed control after every synchronised step, one per step time
     step = next(m for m in straggler["metrics"] if m["name"] == "step_time_s")
     assert len(step["control"]) == len(step["samples"]) == 8 and min(step["control"]) > 0
+    # and the memory control after each of those
+    assert len(step["memory_control"]) == 8 and min(step["memory_control"]) > 0
     kinds = {m["name"]: m["kind"] for m in tests["test_balanced"]["metrics"]}
     assert kinds == {"step_time_s": "", "throughput": "informational", "comm_overhead": "",
                      "imbalance": "",

@@ -311,6 +311,8 @@ def metric_tables(draw: st.DrawFn) -> dict[str, Any]:
         table["kind"] = kind
     if draw(st.booleans()):
         table["control"] = draw(CONTROLS[len(samples)])
+        if draw(st.booleans()):
+            table["memory_control"] = draw(CONTROLS[len(samples)])
     if len(samples) > 1 and draw(st.booleans()):
         table["measurements"] = [1] * len(samples)
     for key in ("steal", "cpu_wait", "estimate", "n", "note"):

@@ -70,7 +70,8 @@ def _make_murky(path: Path) -> None:
     table = entry["metrics"]["murky.time_s"]
     table["samples"] = [0.005] * 5 + [1.0] * 15
     table["value"] = 1.0
-    del table["control"], table["measurements"]  # no host-speed control: the plain rule
+    # no host-speed control: the plain rule
+    del table["control"], table["memory_control"], table["measurements"]
     path.write_text(tomli_w.dumps(data))
 
 
@@ -92,7 +93,8 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     # the save's quiet measurements pooled (all six unless the noise probe dropped some),
     # each sample with its host-speed control
     sizes = same.get("measurements", [10])
-    assert len(same["samples"]) == len(same["control"]) == sum(sizes)
+    assert len(same["samples"]) == len(same["control"]) == len(same["memory_control"]) \
+        == sum(sizes)
     assert set(sizes) == {10} and 1 <= len(sizes) <= bl.CONTROL_WINDOWS
     _make_murky(stored)
     saved = stored.read_bytes()
@@ -266,6 +268,9 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
     assert len(table["control"]) == len(table["samples"]) == sum(table.get("measurements", [10]))
     assert set(table.get("measurements", [10])) == {10}
     assert all(c > 0 for c in table["control"])
+    # and the memory control after each, a few hundred microseconds to a few milliseconds
+    assert len(table["memory_control"]) == len(table["samples"])
+    assert all(1e-5 < c < 1.0 for c in table["memory_control"])
 
     monkeypatch.setenv("WORK_SCALE", "2")
     report = pytester.path / "report.json"
@@ -597,7 +602,8 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
     assert step["windows"] == CONTROL_WINDOWS
     # every measurement's samples and controls, for anyone to check the verdict with
     assert len(step["measurements"]) == CONTROL_WINDOWS
-    assert all(len(m["samples"]) == len(m["control"]) == 5 for m in step["measurements"])
+    assert all(len(m["samples"]) == len(m["control"]) == len(m["memory_control"]) == 5
+               for m in step["measurements"])
     said = f"{CONTROL_WINDOWS - 1} re-measurement(s) on fresh ranks"
     assert (said in step["detail"]) == (how == "fresh"), step["detail"]
     warned = "fresh ranks to re-measure on did not start (no fresh ranks today)"

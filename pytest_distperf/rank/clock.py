@@ -11,7 +11,11 @@ piece of work (:func:`control_kernel`, about 2-3 ms of float32 matmuls) at once,
 same way.  Shared hosts change speed by 20-25% from one second to the next, with no steal
 to show for it (the ranks' vCPUs land on SMT siblings of one core, or not); the control
 slows down with them, and the verdict takes out the part of a time that follows it
-(docs/baselines.md, benchmarks/verdict_quality.md).
+(docs/baselines.md, benchmarks/verdict_quality.md).  Right after it comes the memory control
+(:func:`memory_kernel`, about 1 ms of copies and adds of a 2 MiB buffer): the compute control
+stays in the core's own cache, and is blind to what slows a training step's memory traffic
+(another VM streaming memory; the host's drifts, when a step slowed 1.4-1.6x as much as the
+compute control and 1.2x as much as this one: benchmarks/control_tracking.md).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from pytest_distperf.records import RankTimes
 #: Never change these without a new baseline: the control is compared with the stored one.
 CONTROL_N = 128
 CONTROL_REPS = 40
+#: The memory control's work: MEMORY_REPS copies and adds of MEMORY_ELEMENTS float32 (2 MiB).
+MEMORY_ELEMENTS = 512 * 1024
+MEMORY_REPS = 8
 
 
 def rank_device() -> Any:
@@ -97,6 +104,47 @@ def control_kernel() -> Callable[[], Any]:
     return run
 
 
+def memory_kernel() -> Callable[[], Any]:
+    """The memory control: copies and adds of a 2 MiB buffer (past the core's L1, within the
+    shared cache, as a step's gradients and activations are), the same on every rank."""
+    import torch
+
+    source = torch.randn(MEMORY_ELEMENTS, generator=torch.Generator().manual_seed(1))
+    out, other = source.clone(), source.clone()
+
+    def run() -> None:
+        for _ in range(MEMORY_REPS):
+            out.copy_(source)
+            out.add_(other)
+
+    return run
+
+
+class HostControls:
+    """Both host-speed controls, built once, run after each timed iteration from a barrier:
+    the compute control, then the memory control (CPU ranks only)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.compute = control_kernel()
+        self.memory = memory_kernel()
+        self.compute_s: list[float] = []
+        self.memory_s: list[float] = []
+
+    def warm(self) -> None:
+        self.compute()
+        self.memory()
+
+    def run(self, phase: str) -> None:
+        """Time both controls once (``phase``: what the hang reporter shows)."""
+        import torch.distributed as dist
+
+        set_phase(phase)
+        dist.barrier()
+        self.compute_s.append(self.clock.elapsed(self.compute))
+        self.memory_s.append(self.clock.elapsed(self.memory))
+
+
 def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
                     phase: str = "") -> list[float]:
     """Seconds per iteration of ``fn`` on this rank, after ``warmup`` untimed calls.
@@ -107,43 +155,43 @@ def time_iterations(fn: Callable[[], Any], *, warmup: int, iters: int,
 
 
 def time_with_control(fn: Callable[[], Any], *, warmup: int, iters: int, phase: str = "",
-                      control: bool = True) -> tuple[list[float], list[float]]:
-    """(seconds per iteration of ``fn``, seconds of the control after each iteration).
+                      control: bool = True) -> tuple[list[float], list[float], list[float]]:
+    """(seconds per iteration of ``fn``, seconds of the compute control after each
+    iteration, seconds of the memory control after each).
 
-    The control list is empty when ``control`` is false or the work runs on CUDA (where the
-    host's speed is not what the timed kernels depend on; see :func:`control_kernel`).
+    The control lists are empty when ``control`` is false or the work runs on CUDA (where
+    the host's speed is not what the timed kernels depend on; see :func:`control_kernel`).
     """
     import torch.distributed as dist
 
     clock = Clock()
     prefix = f"{phase}: " if phase else ""
-    check = control_kernel() if control and not clock.on_cuda else None
+    check = HostControls(clock) if control and not clock.on_cuda else None
     for i in range(warmup):
         set_phase(f"{prefix}warm-up {i + 1}/{warmup}")
         fn()
     if check is not None:
-        check()
+        check.warm()
     clock.synchronize()
     samples: list[float] = []
-    controls: list[float] = []
     for i in range(iters):
         set_phase(f"{prefix}timed iteration {i + 1}/{iters}")
         dist.barrier()
         samples.append(clock.elapsed(fn))
         if check is not None:
-            set_phase(f"{prefix}host-speed control {i + 1}/{iters}")
-            dist.barrier()
-            controls.append(clock.elapsed(check))
+            check.run(f"{prefix}host-speed control {i + 1}/{iters}")
     # No rank may start other work (a correctness check that fills large buffers, say) while
     # another is still in its last timed call: on shared cores that work would slow the last
     # iteration of the slower rank, and the slowest rank's time is the sample.
     dist.barrier()
-    return samples, controls
+    if check is None:
+        return samples, [], []
+    return samples, check.compute_s, check.memory_s
 
 
 def measure_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     warmup: int, iters: int, control: bool = True) -> RankTimes:
     """What :meth:`DistGroup.measure` runs on every rank."""
-    samples, controls = time_with_control(lambda: fn(*args, **kwargs), warmup=warmup,
-                                          iters=iters, control=control)
-    return RankTimes(tuple(samples), tuple(controls))
+    samples, controls, memory = time_with_control(lambda: fn(*args, **kwargs), warmup=warmup,
+                                                  iters=iters, control=control)
+    return RankTimes(tuple(samples), tuple(controls), tuple(memory))

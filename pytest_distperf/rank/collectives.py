@@ -232,16 +232,17 @@ def bench_on_rank(spec: BenchSpec) -> list[SizeOutcome]:
         ctx = _Ctx(spec.op, rank, n, count, dtype, device)
         case = SETUPS[spec.op](ctx)
         started = time.perf_counter()
-        samples, controls = time_with_control(case.run, warmup=spec.warmup, iters=spec.iters,
-                                              phase=phase, control=spec.control)
+        samples, controls, memory = time_with_control(
+            case.run, warmup=spec.warmup, iters=spec.iters, phase=phase, control=spec.control)
         more = extra_iters(spec, time.perf_counter() - started, device)
         if more:
             extra = time_with_control(case.run, warmup=0, iters=more, phase=f"{phase} (more)",
                                       control=spec.control)
-            samples, controls = samples + extra[0], controls + extra[1]
+            samples, controls, memory = (samples + extra[0], controls + extra[1],
+                                         memory + extra[2])
         set_phase(f"{phase}: checking the result")
         wrong, first = _check(ctx, case)
-        out.append(SizeOutcome(tuple(samples), wrong, first, tuple(controls)))
+        out.append(SizeOutcome(tuple(samples), wrong, first, tuple(controls), tuple(memory)))
         del case
     return out
 

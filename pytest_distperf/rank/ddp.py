@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_distperf.intervals import union_length
-from pytest_distperf.rank.clock import Clock, control_kernel, rank_device
+from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, CommCall, RankStep
 
@@ -271,10 +271,9 @@ def _measure(spec: StepSpec) -> RankStep:
     comm: list[CommCall] = []
     comm_time_s: list[float] = []
     bucket_counts: list[int] = []
-    controls: list[float] = []
-    check = control_kernel() if spec.control and not built.clock.on_cuda else None
+    check = HostControls(built.clock) if spec.control and not built.clock.on_cuda else None
     if check is not None:
-        check()  # warm
+        check.warm()
     peak_rss = _rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
@@ -284,9 +283,7 @@ def _measure(spec: StepSpec) -> RankStep:
             else:
                 phases.append(times)
                 if check is not None:
-                    set_phase(f"ddp_step_timer: host-speed control {k + 1}/{spec.steps}")
-                    dist.barrier()
-                    controls.append(built.clock.elapsed(check))
+                    check.run(f"ddp_step_timer: host-speed control {k + 1}/{spec.steps}")
             if sync and built.timer is not None:
                 calls = [CommCall("all_reduce", nbytes, seconds, rank, k, index, start)
                          for index, nbytes, start, seconds in buckets]
@@ -305,7 +302,8 @@ def _measure(spec: StepSpec) -> RankStep:
         comm=tuple(comm), comm_time_s=tuple(comm_time_s), peak_memory_bytes=peak,
         memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
         buckets=max(bucket_counts) if bucket_counts else None, census=census,
-        control_s=tuple(controls), flops=flops)
+        control_s=tuple(check.compute_s) if check is not None else (),
+        memory_control_s=tuple(check.memory_s) if check is not None else (), flops=flops)
 
 
 def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:

@@ -178,7 +178,8 @@ class Judgement:
         if self.metrics[v.metric].kind != MEASURED:
             return v
         return dataclasses.replace(v, measurements=tuple(
-            Measured(w.samples, w.control, *_figures(w.noise)) for w in self.windows[v.metric]))
+            Measured(w.samples, w.control, *_figures(w.noise), memory_control=w.memory_control)
+            for w in self.windows[v.metric]))
 
     def vanished(self) -> list[tuple[Verdict, str]]:
         """(verdict, the label of its measurement) of the exact metrics the baseline has and
@@ -345,7 +346,8 @@ class Save(Judgement):
                             other_load=window.noise.other_load if window.noise else None,
                             control=window.control,
                             measurements=window.sizes if window.control else (),
-                            kind=metric.kind)
+                            kind=metric.kind,
+                            memory_control=window.memory_control if window.control else ())
 
     def verdict(self, name: str) -> Verdict:
         metric = self.metrics[name]

@@ -200,17 +200,25 @@ class Window:
     noise: NoiseFigures | None = None
     control: tuple[float, ...] = ()  # one per sample, or ()
     sizes: tuple[int, ...] = ()  # the measurements a pooled window is made of, or ()
+    memory_control: tuple[float, ...] = ()  # one per sample, or () (only with a control)
 
     @classmethod
     def of(cls, metric: Metric, noise: NoiseFigures | None) -> Window:
         """The metric's figures (samples that are not finite numbers are left out, with
-        their controls; a control that is not a positive number drops the control)."""
-        if metric.control and len(metric.control) == len(metric.samples):
-            pairs = [(v, c) for v, c in zip(metric.samples, metric.control, strict=True)
-                     if math.isfinite(v) and math.isfinite(c)]
-            if all(c > 0 for _, c in pairs):
-                return cls(metric.value, tuple(v for v, _ in pairs), noise,
-                           tuple(c for _, c in pairs))
+        their controls; a control that is not a positive number drops the control, a memory
+        control that is not drops the memory control)."""
+        n = len(metric.samples)
+        if metric.control and len(metric.control) == n:
+            has_memory = len(metric.memory_control) == n
+            memory = metric.memory_control if has_memory else (math.nan,) * n
+            rows = [(v, c, m) for v, c, m in zip(metric.samples, metric.control, memory,
+                                                  strict=True)
+                    if math.isfinite(v) and math.isfinite(c)]
+            if all(c > 0 for _, c, _ in rows):
+                kept = tuple(m for _, _, m in rows)
+                usable = has_memory and all(math.isfinite(m) and m > 0 for m in kept)
+                return cls(metric.value, tuple(v for v, _, _ in rows), noise,
+                           tuple(c for _, c, _ in rows), memory_control=kept if usable else ())
         return cls(metric.value, tuple(v for v in metric.samples if math.isfinite(v)), noise)
 
 
@@ -232,6 +240,9 @@ class Assessment:
     host_change: float | None = None  # how much slower the host-speed control ran
     control_slope: float | None = None  # how strongly the time follows the control
     set_aside: int = 0  # quiet measurements set aside as slowed (or sped up) alone
+    #: "memory": the host's change between the sides taken out 1:1 on the memory control
+    #: (``host_change`` is then the memory control's); "": on the compute control
+    between: str = ""
 
     @property
     def trusted(self) -> bool:
@@ -350,11 +361,30 @@ def pooled(windows: Sequence[Window]) -> Window:
     noise = pooled_noise([w.noise for w in windows if w.noise is not None])
     value = median_or_nan(samples) if samples else windows[0].value
     sizes = tuple(n for w in windows for n in (w.sizes or (len(w.samples),)))
-    return Window(value, samples, noise, control, sizes)
+    memory = (tuple(m for w in windows for m in w.memory_control)
+              if all(len(w.memory_control) == len(w.samples) for w in windows) else ())
+    return Window(value, samples, noise, control, sizes, memory)
 
 
-def _parts_of(windows: Sequence[Window]) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
-    return [p for w in windows for p in split_parts(w.samples, w.control, w.sizes)]
+def _parts_of(windows: Sequence[Window], memory: bool = False
+              ) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+    return [p for w in windows for p in split_parts(
+        w.samples, w.memory_control if memory else w.control, w.sizes)]
+
+
+def has_memory_control(base: StoredMetric, windows: Sequence[Window]) -> bool:
+    """Whether the baseline and every measurement carry the memory control (records made
+    before it was added do not)."""
+    return (len(base.memory_control) == len(base.samples) > 0
+            and all(len(w.memory_control) == len(w.samples) > 0 for w in windows))
+
+
+def _host_log(base_parts: list[tuple[tuple[float, ...], tuple[float, ...]]],
+              cur_parts: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> float:
+    """log of how much slower a control ran now than at the save (the medians of the
+    measurements' control levels)."""
+    return (median_or_nan([x for x, _, _ in control_points(cur_parts)])
+            - median_or_nan([x for x, _, _ in control_points(base_parts)]))
 
 
 def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
@@ -381,7 +411,8 @@ def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
 
 
 def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float,
-                      slope: float | None = None, *, slower: bool = True) -> Assessment:
+                      slope: float | None = None, *, slower: bool = True,
+                      memory: bool = False) -> Assessment:
     """The quiet measurements (all of them when none is quiet), pooled, against the baseline,
     with the part of the variation that follows the host-speed control taken out (see the
     module's docstring).  ``baseline`` is the baseline's estimate; ``current`` is that times
@@ -389,13 +420,15 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
 
     ``slope``: the slope between the sides (the host's change between the save and now is
     taken out at it), instead of the fitted one; within each side the fitted slope takes
-    out the host's moves as ever.  ``slower``: which measurements :func:`without_outliers`
-    sets aside, those slowed alone (to judge a regression) or those sped up alone (to
-    judge an improvement)."""
+    out the host's moves as ever.  ``memory``: the host's change between the sides is the
+    memory control's, taken out 1:1 (``slope`` is then not used; the baseline and the
+    measurements must carry it, :func:`has_memory_control`).  ``slower``: which
+    measurements :func:`without_outliers` sets aside, those slowed alone (to judge a
+    regression) or those sped up alone (to judge an improvement)."""
     if base.higher_is_better:
         times, timed = _as_times(base, windows)
-        return _as_rate(assess_controlled(times, timed, tolerance, slope, slower=slower),
-                        base, tolerance)
+        return _as_rate(assess_controlled(times, timed, tolerance, slope, slower=slower,
+                                          memory=memory), base, tolerance)
     limit = base_spread_limit(base)
     reasons = [noise_reasons(w, False, limit=limit) for w in windows]
     quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
@@ -406,9 +439,12 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     fitted = control_slope(base, use)
     base_points, cur_points = control_points(base.parts()), control_points(_parts_of(use))
     rb, rc = adjusted(base_points, fitted), adjusted(cur_points, fitted)
-    host_log = (median_or_nan([x for x, _, _ in cur_points])
-                - median_or_nan([x for x, _, _ in base_points]))
-    if slope is not None:  # the host's change between the sides at ``slope``, not the fit
+    host_log = _host_log(base.parts(), _parts_of(use))
+    if memory:  # the host's change between the sides on the memory control, 1:1
+        memory_log = _host_log(base.parts(memory=True), _parts_of(use, memory=True))
+        rc = [r - (memory_log - fitted * host_log) for r in rc]
+        slope, host_log = BETWEEN_SLOPE, memory_log
+    elif slope is not None:  # the host's change between the sides at ``slope``, not the fit
         rc = [r - (slope - fitted) * host_log for r in rc]
     q = CONTROL_ESTIMATOR_QUANTILE
     change = math.exp(quantile_or_nan(rc, q) - quantile_or_nan(rb, q)) - 1.0
@@ -421,7 +457,7 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
                       big_enough and -change >= line, mann_whitney_greater(rc, rb),
                       mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
                       noisy, math.exp(host_log) - 1.0, fitted if slope is None else slope,
-                      set_aside)
+                      set_aside, "memory" if memory else "")
 
 
 def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: bool = True,
@@ -457,9 +493,16 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # The slope between the sides may lie anywhere from the fit to BETWEEN_SLOPE: a verdict
     # must hold at both ends (the further the host moved, the further apart they are).
     least, most = _ends(base, windows, tolerance, a)
+    # ... and a regression or an improvement with the host's change taken out 1:1 on the
+    # memory control as well (a veto only: the memory end never turns a run that is
+    # unchanged at the other two into anything else)
+    mem = _memory_end(base, windows, tolerance)
     # an improvement must hold without the measurements sped up alone as well
     fast = assess_controlled(base, windows, tolerance, slower=False)
     fast_most = _ends(base, windows, tolerance, fast, slower=False)[1]
+    fast_mem = _memory_end(base, windows, tolerance, slower=False)
+    if fast_mem is not None and fast_mem.worse > fast_most.worse:
+        fast_most = fast_mem
     n = len(windows)
     # Unlike a plain time, an adjusted one can be pushed either way by another process (its
     # time slices inflate the control too): noisy measurements clear nothing and improve
@@ -500,21 +543,25 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     if not most.worse_like:
         return UNCHANGED, a, "", False
     other = most if least is a else least  # the host's change taken out 1:1
+    if mem is not None and mem.worse < least.worse:
+        least = mem
     if not least.worse_like:
         assert a.host_change is not None and other.control_slope is not None
         return INCONCLUSIVE, a, (
             f"the host ran {_host(a.host_change)} than when the baseline was saved (its "
-            f"host-speed control), and the change depends on how closely the time follows "
-            f"that: {pct(a.change)} at the slope fitted within the runs "
-            f"({a.control_slope or 0.0:.2f}), {pct(other.change)} in proportion (slope "
-            f"{other.control_slope:g}): run again on a steadier host, or re-save the "
-            "baseline"), False
+            f"host-speed control{_memory_host(mem)}), and the change depends on how "
+            f"closely the time follows that: {pct(a.change)} at the slope fitted within "
+            f"the runs ({a.control_slope or 0.0:.2f}), {pct(other.change)} in proportion "
+            f"(slope {other.control_slope:g}){_memory_figure(mem)}: run again on a "
+            "steadier host, or re-save the baseline"), False
     if _significant(least.p_worse):
         how = (f"confirmed by {n} measurements" if n > 1
                else "not confirmed: no re-measurement is available for this metric")
         if other is not a:
             how += (f"; {pct(other.change)} with the host's change taken out in "
                     "proportion")
+        if mem is not None:
+            how += f"; {pct(mem.change)} in proportion to the memory control"
         return REGRESSED, a, how + _aside(a, tolerance, "slower"), False
     return INCONCLUSIVE, a, ("slower, but not statistically clear (Mann-Whitney p = "
                              f"{least.p_worse:.3g} >= {ALPHA})"), False
@@ -528,6 +575,25 @@ def _ends(base: StoredMetric, windows: Sequence[Window], tolerance: float,
         return a, a
     other = assess_controlled(base, windows, tolerance, slope=BETWEEN_SLOPE, slower=slower)
     return (a, other) if a.worse <= other.worse else (other, a)
+
+
+def _memory_end(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
+                slower: bool = True) -> Assessment | None:
+    """The measurements with the host's change between the sides taken out 1:1 on the
+    memory control (None where the baseline or a measurement lacks it)."""
+    if not has_memory_control(base, windows):
+        return None
+    return assess_controlled(base, windows, tolerance, slower=slower, memory=True)
+
+
+def _memory_host(mem: Assessment | None) -> str:
+    if mem is None or mem.host_change is None:
+        return ""
+    return f"; its memory control {_host(mem.host_change)}"
+
+
+def _memory_figure(mem: Assessment | None) -> str:
+    return "" if mem is None else f", {pct(mem.change)} in proportion to the memory control"
 
 
 def _aside(a: Assessment, tolerance: float, how: str) -> str:

@@ -126,14 +126,17 @@ class StoredMetric:
     measurements: tuple[int, ...] = ()  # sizes of the pooled measurements (sum: len(samples))
     kind: str = ""  # the metric's kind (records.METRIC_KINDS): "", "exact", "informational"
     other_load: float | None = None
+    memory_control: tuple[float, ...] = ()  # the memory control, one per sample, or ()
 
     @property
     def is_fraction(self) -> bool:
         return self.unit == "fraction"
 
-    def parts(self) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
-        """(samples, control) of each pooled measurement (all of them as one without sizes)."""
-        return split_parts(self.samples, self.control, self.measurements)
+    def parts(self, memory: bool = False) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
+        """(samples, control) of each pooled measurement (all of them as one without sizes);
+        ``memory``: with the memory control instead of the compute one."""
+        return split_parts(self.samples, self.memory_control if memory else self.control,
+                           self.measurements)
 
 
 def _round(value: float) -> float:
@@ -170,6 +173,8 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
     table["samples"] = [_round(v) for v in metric.samples]
     if metric.control:
         table["control"] = [_round(v) for v in metric.control]
+    if metric.memory_control:
+        table["memory_control"] = [_round(v) for v in metric.memory_control]
     if len(metric.measurements) > 1:
         table["measurements"] = list(metric.measurements)
     return table
@@ -207,7 +212,8 @@ class BaselineFile:
                 control=tuple(float(v) for v in table.get("control", ())),
                 measurements=tuple(int(v) for v in table.get("measurements", ())),
                 kind=str(table.get("kind", "")),
-                other_load=_opt_float(table.get("other_load")))
+                other_load=_opt_float(table.get("other_load")),
+                memory_control=tuple(float(v) for v in table.get("memory_control", ())))
         return out
 
 
@@ -391,11 +397,13 @@ def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None
     for key in ("steal", "cpu_wait", "other_load"):
         if key in table and not is_number(table[key]):
             raise fail([*keys, key], f"metric {label}: {key} must be a number")
-    control = table.get("control")
-    if control is not None and (not isinstance(control, list) or len(control) != len(samples)
-                                or not all(is_number(v) and v > 0 for v in control)):
-        raise fail([*keys, "control"], f"metric {label}: control must be a list of positive "
-                                       "numbers, one per sample")
+    for key in ("control", "memory_control"):
+        control = table.get(key)
+        if control is not None and (not isinstance(control, list)
+                                    or len(control) != len(samples)
+                                    or not all(is_number(v) and v > 0 for v in control)):
+            raise fail([*keys, key], f"metric {label}: {key} must be a list of positive "
+                                     "numbers, one per sample")
     sizes = table.get("measurements")
     if sizes is not None and (not isinstance(sizes, list)
                               or not all(is_int(v) and v > 0 for v in sizes)
