@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import multiprocessing
 import random
 import sys
@@ -710,35 +711,45 @@ def test_a_host_change_between_the_sides_is_taken_out_at_the_fit_and_in_proporti
     assert (verdict, more) == (bl.UNCHANGED, False) and abs(a.change or 0.0) < 1e-9
 
 
-def test_a_verdict_must_hold_with_the_host_change_taken_out_on_the_memory_control() -> None:
-    """The host's drifts slowed a training step 1.4-1.6x as much as the compute control and
-    1.2x as much as a memory control (benchmarks/control_tracking.md): a regression or an
-    improvement must hold with the host's change taken out 1:1 on the memory control as
-    well, a veto that never turns an unchanged run into anything else."""
+def test_a_verdict_must_hold_at_the_slope_the_memory_control_says() -> None:
+    """In the host's drifts a training step slowed 1.4-1.6x as much as the compute control,
+    the memory control 1.25-1.35x as much (benchmarks/control_tracking.md): a regression or
+    an improvement must hold with the host's change taken out at the slope the memory
+    control's change says as well (clipped to [1, MEMORY_SLOPE_MAX]), a veto that never
+    turns an unchanged run into anything else."""
+    assert bl.memory_slope(math.log(1.1), math.log(1.1 ** 1.3)) == pytest.approx(1.3)
+    assert bl.memory_slope(math.log(1.1), math.log(1.05)) == 1.0  # moved less: 1:1
+    assert bl.memory_slope(math.log(1.1), math.log(0.95)) == 1.0  # the other way
+    assert bl.memory_slope(0.0, math.log(1.15)) == 1.0  # a pool's own memory speed
+    assert bl.memory_slope(math.log(1.01), math.log(1.15)) == bl.MEMORY_SLOPE_MAX
     base = stored_controlled(memory=True)
     host = 1.025  # the save's median host speed
-    # a drift: the compute control 10% slower, the memory control and the time 25% slower
-    drift = controlled(scaled(host * 1.25), scaled(host * 1.1, CONTROL),
-                       memory=scaled(host * 1.25, MEMORY))
+    # a drift: the compute control 10% slower, the memory control 1.33x that, the time
+    # 16% slower: +5.5% with the host's change taken out 1:1
+    drift = controlled(scaled(host * 1.16), scaled(host * 1.1, CONTROL),
+                       memory=scaled(host * 1.1 ** 1.33, MEMORY))
     verdict, a, detail, _ = decide(base, *[drift] * CREG)
-    assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(1.25 / 1.1 - 1, abs=0.005)
-    assert "its memory control 25% slower" in detail
-    assert "+0.0% in proportion to the memory control" in detail
+    assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(1.16 / 1.1 - 1, abs=0.005)
+    assert "its memory control 14% slower" in detail
+    assert "+2.2% at the slope the memory control says (1.33)" in detail
     # without the memory control (a baseline saved before it) the same runs regress
     old = dataclasses.replace(base, memory_control=())
     assert decide(old, *[drift] * CREG)[0] == bl.REGRESSED
-    # a slowdown of the code on a steady host holds on both controls
+    # a slowdown of the code on a steady host holds at every end
     slow = controlled(scaled(host * 1.2), scaled(host, CONTROL), memory=scaled(host, MEMORY))
     verdict, _, detail, _ = decide(base, *[slow] * CREG)
-    assert verdict == bl.REGRESSED and "+20.0% in proportion to the memory control" in detail
-    # the memory control 15% faster, the time and the compute control as at the save: the
-    # memory end reads +17.6%, and the run is unchanged all the same
+    assert verdict == bl.REGRESSED and "+20.0% at the slope the memory control says" in detail
+    # ... and with one set of processes' memory control 15% slower alone
+    odd = controlled(scaled(host * 1.2), scaled(host, CONTROL),
+                     memory=scaled(host * 1.15, MEMORY))
+    assert decide(base, *[odd] * CREG)[0] == bl.REGRESSED
+    # the memory control 15% faster, the time and the compute control as at the save
     same = controlled(scaled(host), scaled(host, CONTROL), memory=scaled(host * 0.85, MEMORY))
     verdict, a, _, more = decide(base, same)
     assert (verdict, more) == (bl.UNCHANGED, False) and abs(a.change or 0.0) < 1e-9
-    # an improvement the memory control's speed-up explains is none
-    quick = controlled(scaled(host * 0.8), scaled(host, CONTROL),
-                       memory=scaled(host * 0.8, MEMORY))
+    # an improvement that the host's speed-up explains at the memory control's slope is none
+    quick = controlled(scaled(host * 0.84), scaled(host * 0.9, CONTROL),
+                       memory=scaled(host * 0.9 ** 1.4, MEMORY))
     assert decide(base, *[quick] * CREG)[0] != bl.IMPROVED
     assert decide(dataclasses.replace(base, memory_control=()), *[quick] * CREG)[0] \
         == bl.IMPROVED
