@@ -20,6 +20,8 @@ close model of a run, not a copy.  The figures are printed per work (clean, +10%
     python benchmarks/replay.py benchmarks/data/r42.json.gz
     python benchmarks/replay.py benchmarks/data/r42.json.gz --host-change 0.1 --host-change -0.1
     python benchmarks/replay.py runs.json --metric matmul.time_s --follow 0
+    python benchmarks/replay.py ddp.json --metric step_time_s --host-change 0.126 \
+        --memory-change 0.171 --time-change 0.212    # a ddp_verdicts.py file, a drift
 
 Results: benchmarks/verdict_quality.md (R42-R47).
 """
@@ -78,17 +80,30 @@ class Run:
     measurements: list[dict[str, Any]]
 
 
+#: ddp_verdicts.py's ``--json`` keeps a run's step and compute verdicts under these keys.
+DDP_KEYS = {"step_time_s": "step", "compute_time_s": "compute"}
+
+
 def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
-    """The recorded compare runs of ``metric``, each with the baseline it was judged by."""
+    """The recorded compare runs of ``metric``, each with the baseline it was judged by
+    (a ddp_verdicts.py file: its clean runs and its ``slowerNN`` ones, one block)."""
     base: StoredMetric | None = None
     for run in data["runs"]:
         if run.get("bare"):
             continue
-        if run["save"]:
+        ddp = "kind" in run
+        if (run["kind"] == "save") if ddp else run["save"]:
             base = stored_metric(run.get("baseline_files") or {}, metric)
             continue
-        v = run.get(metric)
+        v = run.get(DDP_KEYS.get(metric, metric) if ddp else metric)
         if base is None or v is None or not v.get("measurements"):
+            continue
+        if ddp:
+            kind = run["kind"]
+            if kind != "clean" and not (kind.startswith("slower") and kind[6:].isdigit()):
+                continue  # a communication change: not a slowdown of the work
+            extra = 0.0 if kind == "clean" else int(kind[6:]) / 100
+            yield Run(0, extra, base, v["verdict"], list(v["measurements"]))
             continue
         yield Run(run["block"], run["extra"], base, v["verdict"], list(v["measurements"]))
 
@@ -101,15 +116,20 @@ def padded(run: Run, others: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return (run.measurements + spare)[: rule.MAX_ROUNDS]
 
 
-def windows(measurements: list[dict[str, Any]], scale: float,
-            follow: float) -> list[rule.Window]:
-    time_scale = scale ** follow
+def windows(measurements: list[dict[str, Any]], scale: float, follow: float,
+            memory_scale: float | None = None,
+            time_scale: float | None = None) -> list[rule.Window]:
+    """The measurements as the rule's windows, the compute control scaled by ``scale``, the
+    memory control by ``memory_scale`` (default: ``scale``), the times by ``time_scale``
+    (default: ``scale ** follow``)."""
+    times = scale ** follow if time_scale is None else time_scale
+    memory = scale if memory_scale is None else memory_scale
     out = []
     for m in measurements:
-        samples = tuple(v * time_scale for v in m["samples"])
+        samples = tuple(v * times for v in m["samples"])
         out.append(rule.Window(median_or_nan(samples), samples, noise_of(m),
                                tuple(c * scale for c in m.get("control", ())),
-                               memory_control=tuple(c * scale
+                               memory_control=tuple(c * memory
                                                     for c in m.get("memory_control", ()))))
     return out
 
@@ -133,15 +153,18 @@ def judge(base: StoredMetric, wins: list[rule.Window]) -> tuple[str, int, str]:
     return "wanted more", len(wins), ""
 
 
-def replay(data: dict[str, Any], metric: str, host_change: float,
-           follow: float) -> dict[float, collections.Counter[str]]:
+def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
+           memory_change: float | None = None, time_change: float | None = None
+           ) -> dict[float, collections.Counter[str]]:
     runs = list(compare_runs(data, metric))
     pool: dict[tuple[int, float], list[dict[str, Any]]] = collections.defaultdict(list)
     for run in runs:
         pool[(run.block, run.extra)] += run.measurements
     tally: dict[float, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for run in runs:
-        wins = windows(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change, follow)
+        wins = windows(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change, follow,
+                       None if memory_change is None else 1.0 + memory_change,
+                       None if time_change is None else 1.0 + time_change)
         tally[run.extra][judge(run.base, wins)[0]] += 1
     return tally
 
@@ -158,7 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow", type=float, default=1.0,
                         help="how the times follow the host's change: 1 (default) in "
                              "proportion, 0 not at all")
+    parser.add_argument("--memory-change", type=float, metavar="M",
+                        help="the memory control this much slower (default: as the host)")
+    parser.add_argument("--time-change", type=float, metavar="T",
+                        help="the times this much slower (default: the host's change "
+                             "followed at --follow)")
     args = parser.parse_args(argv)
+    for name in ("memory_change", "time_change"):
+        value = getattr(args, name)
+        if value is not None and value <= -1.0:
+            raise SystemExit(f"replay: --{name.replace('_', '-')} {value} would leave "
+                             "nothing at all")
     data = load_runs(args.runs)
     if not any(True for _ in compare_runs(data, args.metric)):
         raise SystemExit(f"replay: no compare run of {args.metric} with its measurements in "
@@ -168,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     for h in args.host_change or [0.0]:
         if h <= -1.0:
             raise SystemExit(f"replay: --host-change {h} would leave no time at all")
-        tally = replay(data, args.metric, h, args.follow)
+        tally = replay(data, args.metric, h, args.follow, args.memory_change,
+                       args.time_change)
         for extra in sorted(tally):
             counts = tally[extra]
             label = "clean" if extra == 0 else f"+{extra:.0%} work"
