@@ -755,6 +755,39 @@ def test_a_verdict_must_hold_at_the_slope_the_memory_control_says() -> None:
         == bl.IMPROVED
 
 
+def test_a_bandwidth_must_hold_in_proportion_to_the_memory_control() -> None:
+    """A bandwidth (bytes moved: a gloo collective on CPU copies and adds buffers, as the
+    memory control does) must hold with the memory control's change taken out 1:1, even
+    where the compute control did not move (R61 in benchmarks/verdict_quality.md)."""
+    def rates(factor: float) -> tuple[float, ...]:
+        return tuple(4.0 / (t * 100 * factor) for t in TIMES)  # GB/s
+
+    samples: list[float] = []
+    control: list[float] = []
+    mem: list[float] = []
+    for h in HOST:
+        samples += rates(h)
+        control += scaled(h, CONTROL)
+        mem += scaled(h, MEMORY)
+    base = bl.StoredMetric("GB/s", True, rates(1.0)[10], tuple(samples),
+                           control=tuple(control), measurements=(len(TIMES),) * len(HOST),
+                           memory_control=tuple(mem))
+    host = 1.025
+    # the memory control 15% slower, the compute one steady, the bandwidth 13% lower
+    slow_memory = bl.Window(rates(host * 1.15)[10], rates(host * 1.15), QUIET,
+                            scaled(host, CONTROL), memory_control=scaled(host * 1.15, MEMORY))
+    verdict, a, detail, _ = decide(base, *[slow_memory] * CREG)
+    assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(1 / 1.15 - 1, abs=0.005)
+    assert "+0.0% in proportion to the memory control" in detail
+    assert decide(dataclasses.replace(base, memory_control=()), *[slow_memory] * CREG)[0] \
+        == bl.REGRESSED
+    # a slower collective with the memory control as at the save: a regression
+    slow = bl.Window(rates(host * 1.2)[10], rates(host * 1.2), QUIET, scaled(host, CONTROL),
+                     memory_control=scaled(host, MEMORY))
+    verdict, _, detail, _ = decide(base, *[slow] * CREG)
+    assert verdict == bl.REGRESSED and "-16.7% in proportion to the memory control" in detail
+
+
 def test_a_slowdown_is_caught_with_the_control_after_pooling() -> None:
     base = stored_controlled()
     slow = controlled(scaled(1.2))

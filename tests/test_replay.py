@@ -96,3 +96,49 @@ def test_replay_refuses_a_file_it_cannot_read(replay: ModuleType, tmp_path: Path
     empty.write_text('{"runs": []}')
     with pytest.raises(SystemExit, match="no compare run"):
         replay.main([str(empty)])
+
+
+def test_a_drift_the_memory_control_follows_false_alarms_less(
+        replay: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R59 (ddp_verdicts.py: a real DDP step on 2 gloo ranks, every sample with both
+    controls; the host steady) replayed with the drift two watchers measured on 2026-11-24
+    put in: the compute control 12.6% slower, the memory control 17.1%, the step 21.2%.
+    Judged without the memory control every clean run is a false alarm; with it (the host's
+    change taken out at the slope the two controls' changes say, as well) at most 4 in 20,
+    the others inconclusive, and every slowdown is still caught.  As recorded, nothing
+    moves."""
+    data = replay.load_runs(BENCHMARKS / "data" / "r59.json.gz")
+    for metric in ("step_time_s", "compute_time_s"):
+        tally = replay.replay(data, metric, 0.0, 1.0)
+        assert tally[0.0]["unchanged"] == 20 and tally[0.1]["regressed"] == 10, tally
+        drift = replay.replay(data, metric, 0.126, 1.0, 0.171, 0.212)
+        assert sum(drift[0.0].values()) == 20, drift
+        assert drift[0.0]["regressed"] <= 4 and drift[0.1]["regressed"] == 10, drift
+        assert set(drift[0.0]) <= {"regressed", "inconclusive"}, drift
+    from pytest_distperf.verdict import rule
+
+    monkeypatch.setattr(rule, "has_memory_control", lambda base, windows: False)
+    drift = replay.replay(data, "step_time_s", 0.126, 1.0, 0.171, 0.212)
+    assert drift[0.0]["regressed"] == 20, drift
+
+
+def test_a_bandwidth_must_hold_in_proportion_to_the_memory_control(
+        replay: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R61 (`bench`: a 4 MiB gloo all-reduce's bus bandwidth; every call with both
+    controls): in block 1 the memory control ran 10-20% faster than at the save, the compute
+    control within 2%, and clean runs read 5-23% better; at block 2's end it ran 5-19%
+    slower and two clean runs read 9% and 17% worse.  A gloo all-reduce on CPU is copies and
+    adds of buffers, what the memory control does: with a bandwidth's verdict asked to hold
+    with the memory control's change taken out 1:1 as well, none of those is called, and
+    every slowdown caught before is caught."""
+    data = replay.load_runs(BENCHMARKS / "data" / "r61.json.gz")
+    tally = replay.replay(data, BUSBW, 0.0, 1.0)
+    assert sum(tally[0.0].values()) == 30, tally
+    assert tally[0.0]["regressed"] == 0 and tally[0.0]["improved"] == 0, tally
+    assert tally[0.1]["regressed"] == 6 and tally[0.2]["regressed"] == 9, tally
+    from pytest_distperf.verdict import rule
+
+    monkeypatch.setattr(rule, "has_memory_control", lambda base, windows: False)
+    before = replay.replay(data, BUSBW, 0.0, 1.0)
+    assert (before[0.0]["regressed"], before[0.0]["improved"]) == (2, 4), before
+    assert before[0.1]["regressed"] == 6 and before[0.2]["regressed"] == 9, before

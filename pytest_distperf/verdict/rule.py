@@ -251,7 +251,8 @@ class Assessment:
     set_aside: int = 0  # quiet measurements set aside as slowed (or sped up) alone
     #: "memory": the host's change between the sides taken out at the slope the memory
     #: control says (:func:`memory_slope`; ``host_change`` is then the memory control's
-    #: change); "": at the fit or ``slope``
+    #: change); "memory 1:1": the memory control's change taken out 1:1 (a bandwidth);
+    #: "": at the fit or ``slope``
     between: str = ""
 
     @property
@@ -432,7 +433,8 @@ def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
 
 def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float,
                       slope: float | None = None, *, slower: bool = True,
-                      memory: bool = False) -> Assessment:
+                      memory: bool = False, memory_in_proportion: bool = False
+                      ) -> Assessment:
     """The quiet measurements (all of them when none is quiet), pooled, against the baseline,
     with the part of the variation that follows the host-speed control taken out (see the
     module's docstring).  ``baseline`` is the baseline's estimate; ``current`` is that times
@@ -442,13 +444,16 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     taken out at it), instead of the fitted one; within each side the fitted slope takes
     out the host's moves as ever.  ``memory``: that slope is :func:`memory_slope`'s (the
     baseline and the measurements must carry the memory control,
-    :func:`has_memory_control`; ``slope`` is then not used).  ``slower``: which
+    :func:`has_memory_control`; ``slope`` is then not used), or for a bandwidth
+    (``memory_in_proportion``, set for a rate) the memory control's change is taken out
+    1:1: bytes moved, as the memory control moves them.  ``slower``: which
     measurements :func:`without_outliers` sets aside, those slowed alone (to judge a
     regression) or those sped up alone (to judge an improvement)."""
     if base.higher_is_better:
         times, timed = _as_times(base, windows)
         return _as_rate(assess_controlled(times, timed, tolerance, slope, slower=slower,
-                                          memory=memory), base, tolerance)
+                                          memory=memory, memory_in_proportion=True),
+                        base, tolerance)
     limit = base_spread_limit(base)
     reasons = [noise_reasons(w, False, limit=limit) for w in windows]
     quiet = [w for w, why in zip(windows, reasons, strict=True) if not why]
@@ -463,8 +468,13 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     shown_log = host_log  # the host's change the assessment reports
     if memory:  # the host's change at the slope the memory control's change says
         memory_log = _host_log(base.parts(memory=True), _parts_of(use, memory=True))
-        slope, shown_log = memory_slope(host_log, memory_log), memory_log
-        rc = [r - (slope - fitted) * host_log for r in rc]
+        shown_log = memory_log
+        if memory_in_proportion:  # 1:1 on the memory control's own change
+            rc = [r - (memory_log - fitted * host_log) for r in rc]
+            slope = BETWEEN_SLOPE
+        else:
+            slope = memory_slope(host_log, memory_log)
+            rc = [r - (slope - fitted) * host_log for r in rc]
     elif slope is not None:  # the host's change between the sides at ``slope``, not the fit
         rc = [r - (slope - fitted) * host_log for r in rc]
     q = CONTROL_ESTIMATOR_QUANTILE
@@ -478,7 +488,8 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
                       big_enough and -change >= line, mann_whitney_greater(rc, rb),
                       mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
                       noisy, math.exp(shown_log) - 1.0, fitted if slope is None else slope,
-                      set_aside, "memory" if memory else "")
+                      set_aside, ("memory 1:1" if memory_in_proportion else "memory")
+                      if memory else "")
 
 
 def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: bool = True,
@@ -616,6 +627,8 @@ def _memory_host(mem: Assessment | None) -> str:
 def _memory_figure(mem: Assessment | None) -> str:
     if mem is None:
         return ""
+    if mem.between == "memory 1:1":
+        return f", {pct(mem.change)} in proportion to the memory control"
     return (f", {pct(mem.change)} at the slope the memory control says "
             f"({mem.control_slope or 0.0:.2f})")
 
