@@ -105,8 +105,9 @@ def control_kernel() -> Callable[[], Any]:
 
 
 def memory_kernel() -> Callable[[], Any]:
-    """The memory control: copies and adds of a 2 MiB buffer (past the core's L1, within the
-    shared cache, as a step's gradients and activations are), the same on every rank."""
+    """The memory control: copies and adds of 2 MiB buffers (6 MiB in all: past the core's
+    own cache, within the shared one, as a step's gradients and activations are), the same
+    on every rank."""
     import torch
 
     source = torch.randn(MEMORY_ELEMENTS, generator=torch.Generator().manual_seed(1))

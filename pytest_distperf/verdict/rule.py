@@ -57,6 +57,13 @@ of covariance, as CUPED does for A/B tests):
   other) it is inconclusive, with both figures.  And a change must be past ``SLOPE_ERROR`` x
   the host's change to be called either way, against a fit too high; one past the line
   but not that is inconclusive, with the figure.
+* Every sample carries a memory control as well (2 MiB copies, right after the compute
+  control).  A regression or an improvement must also hold with the host's change taken
+  out at the slope the two controls' changes say (:func:`memory_slope`: the memory
+  control's change over the compute control's, clipped to [1, ``MEMORY_SLOPE_MAX``]; for
+  a bandwidth instead, since a gloo collective copies and adds buffers as the memory
+  control does, with the memory control's own change taken out 1:1); a veto only: where
+  it disagrees the verdict is inconclusive, with the figures.  Baselines saved before the memory control are judged without it.
 """
 
 from __future__ import annotations
@@ -525,9 +532,9 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # The slope between the sides may lie anywhere from the fit to BETWEEN_SLOPE: a verdict
     # must hold at both ends (the further the host moved, the further apart they are).
     least, most = _ends(base, windows, tolerance, a)
-    # ... and a regression or an improvement with the host's change taken out 1:1 on the
-    # memory control as well (a veto only: the memory end never turns a run that is
-    # unchanged at the other two into anything else)
+    # ... and a regression or an improvement at the slope the memory control says (a
+    # bandwidth: in proportion to the memory control) as well; a veto only: the memory end
+    # never turns a run that is unchanged at the other two into anything else
     mem = _memory_end(base, windows, tolerance)
     # an improvement must hold without the measurements sped up alone as well
     fast = assess_controlled(base, windows, tolerance, slower=False)
@@ -611,8 +618,9 @@ def _ends(base: StoredMetric, windows: Sequence[Window], tolerance: float,
 
 def _memory_end(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
                 slower: bool = True) -> Assessment | None:
-    """The measurements with the host's change between the sides taken out 1:1 on the
-    memory control (None where the baseline or a measurement lacks it)."""
+    """The measurements with the host's change between the sides taken out at the slope
+    the memory control says (a bandwidth: the memory control's change 1:1;
+    :func:`assess_controlled`), None where the baseline or a measurement lacks it."""
     if not has_memory_control(base, windows):
         return None
     return assess_controlled(base, windows, tolerance, slower=slower, memory=True)
