@@ -63,7 +63,8 @@ of covariance, as CUPED does for A/B tests):
   control's change over the compute control's, clipped to [1, ``MEMORY_SLOPE_MAX``]; for
   a bandwidth instead, since a gloo collective copies and adds buffers as the memory
   control does, with the memory control's own change taken out 1:1); a veto only: where
-  it disagrees the verdict is inconclusive, with the figures.  Baselines saved before the memory control are judged without it.
+  it disagrees the verdict is inconclusive, with the figures.  Baselines saved before the
+  memory control are judged without it.
 """
 
 from __future__ import annotations
