@@ -347,7 +347,7 @@ class Save(Judgement):
                             control=window.control,
                             measurements=window.sizes if window.control else (),
                             kind=metric.kind,
-                            memory_control=window.memory_control if window.control else ())
+                            memory_control=window.memory_control)
 
     def verdict(self, name: str) -> Verdict:
         metric = self.metrics[name]

@@ -408,12 +408,12 @@ def has_memory_control(base: StoredMetric, windows: Sequence[Window]) -> bool:
             and all(len(w.memory_control) == len(w.samples) > 0 for w in windows))
 
 
-def _host_log(base_parts: list[tuple[tuple[float, ...], tuple[float, ...]]],
-              cur_parts: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> float:
+def _host_log(base_points: Sequence[tuple[float, float, Sequence[float]]],
+              cur_points: Sequence[tuple[float, float, Sequence[float]]]) -> float:
     """log of how much slower a control ran now than at the save (the medians of the
-    measurements' control levels)."""
-    return (median_or_nan([x for x, _, _ in control_points(cur_parts)])
-            - median_or_nan([x for x, _, _ in control_points(base_parts)]))
+    measurements' control levels, :func:`control_points`)."""
+    return (median_or_nan([x for x, _, _ in cur_points])
+            - median_or_nan([x for x, _, _ in base_points]))
 
 
 def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
@@ -472,10 +472,11 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     fitted = control_slope(base, use)
     base_points, cur_points = control_points(base.parts()), control_points(_parts_of(use))
     rb, rc = adjusted(base_points, fitted), adjusted(cur_points, fitted)
-    host_log = _host_log(base.parts(), _parts_of(use))
+    host_log = _host_log(base_points, cur_points)
     shown_log = host_log  # the host's change the assessment reports
     if memory:  # the host's change at the slope the memory control's change says
-        memory_log = _host_log(base.parts(memory=True), _parts_of(use, memory=True))
+        memory_log = _host_log(control_points(base.parts(memory=True)),
+                               control_points(_parts_of(use, memory=True)))
         shown_log = memory_log
         if memory_in_proportion:  # 1:1 on the memory control's own change
             rc = [r - (memory_log - fitted * host_log) for r in rc]
@@ -536,13 +537,14 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     # ... and a regression or an improvement at the slope the memory control says (a
     # bandwidth: in proportion to the memory control) as well; a veto only: the memory end
     # never turns a run that is unchanged at the other two into anything else
-    mem = _memory_end(base, windows, tolerance)
+    # (assessed only where it could hold one back)
     # an improvement must hold without the measurements sped up alone as well
     fast = assess_controlled(base, windows, tolerance, slower=False)
     fast_most = _ends(base, windows, tolerance, fast, slower=False)[1]
-    fast_mem = _memory_end(base, windows, tolerance, slower=False)
-    if fast_mem is not None and fast_mem.worse > fast_most.worse:
-        fast_most = fast_mem
+    if fast_most.better_like:
+        fast_mem = _memory_end(base, windows, tolerance, slower=False)
+        if fast_mem is not None and fast_mem.worse > fast_most.worse:
+            fast_most = fast_mem
     n = len(windows)
     # Unlike a plain time, an adjusted one can be pushed either way by another process (its
     # time slices inflate the control too): noisy measurements clear nothing and improve
@@ -583,6 +585,7 @@ def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     if not most.worse_like:
         return UNCHANGED, a, "", False
     other = most if least is a else least  # the host's change taken out 1:1
+    mem = _memory_end(base, windows, tolerance)
     if mem is not None and mem.worse < least.worse:
         least = mem
     if not least.worse_like:
