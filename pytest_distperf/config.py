@@ -44,6 +44,12 @@ DEFAULT_TOLERANCE = 0.10
 #: any change counts.
 DEFAULT_EXACT_TOLERANCE = 0.0
 
+#: Measurements a save pools for a metric with the host-speed control (twice the six a
+#: comparison takes at most: verdict/rule.py, SAVE_CONTROL_WINDOWS, has the evidence), and
+#: the most ``--distperf-save-measurements`` may ask for.
+DEFAULT_SAVE_MEASUREMENTS = 12
+MAX_SAVE_MEASUREMENTS = 50
+
 #: Keywords the ``distperf`` marker accepts.
 MARKER_KEYWORDS = ("world_size", *DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 
@@ -100,6 +106,7 @@ class DistperfConfig:
     bind_ranks: bool = False  # bind each CPU rank to its own cores where they fit
     tolerance: float = DEFAULT_TOLERANCE  # of the baseline comparison; marker/baselines override
     exact_tolerance: float = DEFAULT_EXACT_TOLERANCE  # of exact metrics, absolute
+    save_measurements: int = DEFAULT_SAVE_MEASUREMENTS  # a controlled metric's, per save
 
 
 def parse_gpus(value: object, source: str) -> int:
@@ -117,6 +124,21 @@ def parse_gpus(value: object, source: str) -> int:
             f"--gpus: {shown(n)} ranks are more than one machine runs (at most "
             f"{MAX_WORLD_SIZE}); for a job across machines start pytest under torchrun "
             f"(from {source})")
+    return n
+
+
+def parse_save_measurements(value: object, source: str) -> int:
+    """How many measurements a save pools for a metric with the host-speed control: a whole
+    number from 1 to ``MAX_SAVE_MEASUREMENTS``."""
+    text = str(value).strip()
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if isinstance(value, bool) or not 1 <= n <= MAX_SAVE_MEASUREMENTS:
+        raise ConfigError(
+            f"--distperf-save-measurements: expected a whole number from 1 to "
+            f"{MAX_SAVE_MEASUREMENTS}, got {shown(value)} (from {source})")
     return n
 
 

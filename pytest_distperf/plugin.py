@@ -17,6 +17,7 @@ import pytest
 from pytest_distperf.config import (
     DEFAULT_BASELINES_DIRNAME,
     DEFAULT_EXACT_TOLERANCE,
+    DEFAULT_SAVE_MEASUREMENTS,
     DEFAULT_THRESHOLDS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
@@ -27,6 +28,7 @@ from pytest_distperf.config import (
     parse_fraction,
     parse_gpus,
     parse_path,
+    parse_save_measurements,
     parse_timeout,
     parse_tolerance,
 )
@@ -70,6 +72,9 @@ HELP_SAME_RANKS = ("repeat ddp_step_timer measurements (a save's, a confirmation
 HELP_BIND = ("bind each rank of a gloo pool to its own cores (threads per rank of them) "
              "where the ranks fit on them, as CPU training jobs are run; baselines are kept "
              "apart by it (default: the scheduler places the ranks)")
+HELP_SAVE_MEASUREMENTS = ("how many measurements a save pools for a metric with the host-speed "
+                          "control (default 12, twice the most a comparison takes: every "
+                          "later comparison shares the baseline's error)")
 HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
                   "marker's tolerance and the baseline file's thresholds table override it")
 HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per step) may move "
@@ -102,6 +107,8 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-strict", "distperf_strict", "flag", HELP_STRICT),
     ("--distperf-same-ranks", "distperf_same_ranks", "flag", HELP_SAME_RANKS),
     ("--distperf-bind", "distperf_bind", "flag", HELP_BIND),
+    ("--distperf-save-measurements", "distperf_save_measurements", "str",
+     HELP_SAVE_MEASUREMENTS),
     ("--distperf-tolerance", "distperf_tolerance", "str", HELP_TOLERANCE),
     ("--distperf-exact-tolerance", "distperf_exact_tolerance", "str", HELP_EXACT_TOLERANCE),
 )
@@ -182,6 +189,8 @@ def build_config(config: pytest.Config) -> DistperfConfig:
             values[ini] = parse_tolerance(value, flag, source)
         elif ini == "distperf_exact_tolerance":
             values[ini] = parse_fraction(value, flag, source)
+        elif ini == "distperf_save_measurements":
+            values[ini] = parse_save_measurements(value, source)
         else:
             # outputs (the JSON report, the trace folder) like --junitxml; the baselines
             # folder, which lives in the repository, always from the rootdir
@@ -201,6 +210,8 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         bind_ranks=values.get("distperf_bind", False),
         tolerance=values.get("distperf_tolerance", DEFAULT_TOLERANCE),
         exact_tolerance=values.get("distperf_exact_tolerance", DEFAULT_EXACT_TOLERANCE),
+        save_measurements=values.get("distperf_save_measurements",
+                                     DEFAULT_SAVE_MEASUREMENTS),
     )
 
 

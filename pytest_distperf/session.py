@@ -435,6 +435,7 @@ class DistperfSession:
         """
         from pytest_distperf import report
         from pytest_distperf.verdict.judgement import Save, make_judgement, settle
+        from pytest_distperf.verdict.rule import MAX_ROUNDS
         from pytest_distperf.verdict.store import (
             BaselineError,
             baseline_path,
@@ -450,9 +451,13 @@ class DistperfSession:
                 save=self.cfg.save, measurements=record.measurements,
                 environment=limits.environment, first_noise=noise_window,
                 tolerance=limits.tolerance, baseline=limits.file, test=test,
-                exact_tolerance=limits.exact_tolerance)
+                exact_tolerance=limits.exact_tolerance,
+                save_measurements=self.cfg.save_measurements)
         remeasure, each_round, on_fresh = self._remeasure(item, record)
-        settle(judgement, remeasure, agree=self._agree, sleep=time.sleep, each_round=each_round)
+        # a save may take more measurements than a comparison (every rank the same)
+        rounds = max(MAX_ROUNDS, self.cfg.save_measurements + 1)
+        settle(judgement, remeasure, agree=self._agree, sleep=time.sleep,
+               each_round=each_round, rounds=rounds)
         if judgement is not None:
             judgement.fresh_labels = on_fresh()
         if not self.is_reporter:

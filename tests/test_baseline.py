@@ -963,23 +963,27 @@ def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
 
 
 def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -> None:
+    """A save takes SAVE_CONTROL_WINDOWS measurements of a metric with the control, twice
+    the most a comparison takes, and pools the quiet ones."""
     def metric(factor: float) -> Metric:
         return Metric("w.time_s", 0.02 * factor, "s", False, scaled(factor), control=CONTROL)
 
+    saves = bl.SAVE_CONTROL_WINDOWS
+    assert saves == 2 * CREG
     j = judgement(None, metric(1.0), save=True)
     assert j.backoff() == bl.CONTROL_PAUSE_S
-    for i in range(1, CREG):
+    for i in range(1, saves):
         assert j.wanted() == ["measure(w)"]
         j.add_window("measure(w)", [metric(1.5 if i == 1 else 1.0 + i / 100)],
                      BUSY if i == 1 else QUIET)
     assert j.wanted() == []
     (entry,) = j.save_entries()
     kept = entry.metrics["w.time_s"]
-    assert len(kept.samples) == len(kept.control) == 20 * (CREG - 1)  # the busy one left out
-    assert kept.measurements == (20,) * (CREG - 1)
-    assert max(kept.samples) < 0.03 and kept.control == CONTROL * (CREG - 1)
+    assert len(kept.samples) == len(kept.control) == 20 * (saves - 1)  # the busy one left out
+    assert kept.measurements == (20,) * (saves - 1)
+    assert max(kept.samples) < 0.03 and kept.control == CONTROL * (saves - 1)
     (v,) = j.verdicts()
-    assert v.verdict == bl.SAVED and f"{CREG} measurement(s) pooled" in v.detail
+    assert v.verdict == bl.SAVED and f"{saves} measurement(s) pooled" in v.detail
     path = tmp_path / "test_x.toml"
     bl.save_test(path, "test_x.py", "test_a", j.save_entries())
     assert "control = [" in path.read_text()
@@ -991,6 +995,28 @@ def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -
     (v,) = judgement(back, metric(1.0)).verdicts()
     assert v.verdict == bl.UNCHANGED and v.host_change == pytest.approx(0.0, abs=1e-9)
     assert "host-speed control +0.0%" in "\n".join(report.verdict_table([v]))
+
+
+def test_the_save_measurements_are_the_callers_to_set() -> None:
+    """``--distperf-save-measurements`` (the judgement's ``save_measurements``) sets how many
+    measurements a save takes of a metric with the control; a plain one keeps its own
+    count (SAVE_WINDOWS), and a comparison is not affected."""
+    timed = Metric("w.time_s", 0.02, "s", False, TIMES, control=CONTROL)
+    plain = Metric("p.time_s", 0.02, "s", False, TIMES)
+    for asked in (1, 3, 20):
+        j = bl.make_judgement(
+            save=True, environment=CPU, first_noise=QUIET, tolerance=0.10, baseline=None,
+            test="test_a", save_measurements=asked,
+            measurements=[Measurement("t", (timed,), None, lambda: [timed]),
+                          Measurement("p", (plain,), None, lambda: [plain])])
+        taken = {"t": 1, "p": 1}
+        while wanted := j.wanted():
+            for label in wanted:
+                taken[label] += 1
+                j.add_window(label, [timed if label == "t" else plain], QUIET)
+        assert taken == {"t": asked, "p": bl.SAVE_WINDOWS}
+        (entry,) = j.save_entries()
+        assert len(entry.metrics["w.time_s"].samples) == 20 * asked
 
 
 def test_a_save_leaves_out_a_measurement_slowed_alone() -> None:

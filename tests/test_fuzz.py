@@ -551,7 +551,7 @@ def test_deep_nesting_is_read_and_saved_or_refused_clearly(
 
 # -- end to end: pytest itself, in-process (no ranks) -------------------------------------
 FLAGS = ("--gpus", "--distperf-backend", "--distperf-timeout", "--distperf-tolerance",
-         "--distperf-exact-tolerance")
+         "--distperf-exact-tolerance", "--distperf-save-measurements")
 #: Where each end-to-end run is told to write (before the input under test, which wins where
 #: it names the same option), so that a bad input is seen to write none of it.
 OUTPUTS = ("--distperf-save", "--distperf-baselines=perf_baselines",
@@ -599,6 +599,10 @@ def no_traceback(result: pytest.RunResult) -> str:
     (["--distperf-timeout", "1e300"], "", "--distperf-timeout: '1e300' s is longer than"),
     (["--distperf-tolerance", "10"], "", "--distperf-tolerance: the tolerance is a fraction"),
     (["--distperf-backend", "mpi"], "", "--distperf-backend: expected one of auto, nccl, gloo"),
+    (["--distperf-save-measurements", "0"], "",
+     "--distperf-save-measurements: expected a whole number from 1 to 50, got '0'"),
+    ([], "distperf_save_measurements = 2.5",
+     "--distperf-save-measurements: expected a whole number from 1 to 50, got '2.5'"),
     ([], "distperf_max_imbalance = nan", "distperf_max_imbalance: expected a finite number"),
     ([], "distperf_timeout = soon", "--distperf-timeout: expected a number of seconds, got"),
     ([], "distperf_gpus = 100000", "--gpus: 100000 ranks are more than one machine runs"),

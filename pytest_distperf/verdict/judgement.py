@@ -36,9 +36,9 @@ from pytest_distperf.verdict.parts import by_parts
 from pytest_distperf.verdict.rule import (
     CONFIRM_PAUSES_S,
     CONTROL_PAUSE_S,
-    CONTROL_WINDOWS,
     MAX_ROUNDS,
     NOISY_BACKOFF_S,
+    SAVE_CONTROL_WINDOWS,
     SAVE_MAX_WINDOWS,
     SAVE_PAUSE_S,
     SAVE_WINDOWS,
@@ -80,7 +80,8 @@ class Judgement:
     def __init__(self, *, measurements: Sequence[Measurement], environment: Environment,
                  first_noise: NoiseFigures | None, tolerance: float,
                  baseline: BaselineFile | None, test: str,
-                 exact_tolerance: float = 0.0) -> None:
+                 exact_tolerance: float = 0.0,
+                 save_measurements: int = SAVE_CONTROL_WINDOWS) -> None:
         metrics = [m for measurement in measurements for m in measurement.metrics]
         #: a metric whose value is not a finite number is neither compared nor saved
         self.unusable = {m.name: m for m in metrics if not math.isfinite(m.value)}
@@ -95,6 +96,8 @@ class Judgement:
         self.env_id = environment_id(environment)
         self.tolerance = tolerance
         self.exact_tolerance = exact_tolerance
+        #: measurements a save pools for a metric with the host-speed control
+        self.save_measurements = save_measurements
         self.file = baseline
         self.test = test
         self.windows: dict[str, list[Window]] = {
@@ -292,7 +295,7 @@ class Save(Judgement):
         if not self.can_confirm(name):
             return False
         count = len(self.windows[name])
-        if count < (CONTROL_WINDOWS if self.has_control(name) else SAVE_WINDOWS):
+        if count < (self.save_measurements if self.has_control(name) else SAVE_WINDOWS):
             return True
         return count < SAVE_MAX_WINDOWS and not self.trusted(name, self._kept_window(name))
 
@@ -393,12 +396,13 @@ class Save(Judgement):
 def make_judgement(*, save: bool, measurements: Sequence[Measurement],
                    environment: Environment, first_noise: NoiseFigures | None,
                    tolerance: float, baseline: BaselineFile | None, test: str,
-                   exact_tolerance: float = 0.0) -> Judgement:
+                   exact_tolerance: float = 0.0,
+                   save_measurements: int = SAVE_CONTROL_WINDOWS) -> Judgement:
     """A :class:`Save` with ``--distperf-save``, else a :class:`Comparison`."""
     cls = Save if save else Comparison
     return cls(measurements=measurements, environment=environment, first_noise=first_noise,
                tolerance=tolerance, baseline=baseline, test=test,
-               exact_tolerance=exact_tolerance)
+               exact_tolerance=exact_tolerance, save_measurements=save_measurements)
 
 
 def exact_family(name: str) -> str:
@@ -420,8 +424,10 @@ def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], 
            agree: Callable[[list[str]], list[str]] = list,
            sleep: Callable[[float], None] = time.sleep,
            each_round: Callable[[list[str]], contextlib.AbstractContextManager[float]]
-           = _ready) -> None:
-    """Re-measure what ``judgement`` wants until it wants nothing (``MAX_ROUNDS`` at most).
+           = _ready, rounds: int = MAX_ROUNDS) -> None:
+    """Re-measure what ``judgement`` wants until it wants nothing (``rounds`` at most: a
+    save of more measurements than a comparison takes needs one per measurement; every
+    process of a job must pass the same).
 
     ``remeasure(label)`` repeats the measurement ``label`` and returns its fresh metrics with
     the noise probe's figures; ``agree(labels)`` makes every process of a job agree on what to
@@ -430,7 +436,7 @@ def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], 
     round of re-measurements (the plugin starts fresh ranks in it) and gives the seconds it
     took to get ready, which count towards the pause before the round.
     """
-    for _ in range(MAX_ROUNDS):
+    for _ in range(rounds):
         labels = agree(judgement.wanted() if judgement is not None else [])
         if not labels:
             return

@@ -76,6 +76,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
 from pytest_distperf.quantiles import median_or_nan, quantile_or_nan
 from pytest_distperf.records import (
     IMPROVED,
@@ -141,6 +142,16 @@ NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: machine (docs/baselines.md), six a side: 1-2% of clean comparisons false-alarmed and 90%
 #: of 10% slowdowns were caught; four a side: 2% and 86%.
 CONTROL_WINDOWS = 6
+#: A save of a metric with the control pools this many measurements: every compare run is
+#: judged against the one baseline, so an error in it is an error in all of them, where a
+#: compare run's own error is its alone.  Replayed on the recorded `bench` blocks with the
+#: baseline rebuilt from three of the save's six measurements (the first, the last, the odd
+#: and the even three), the errors of every kind (false alarms, false improvements,
+#: inconclusive clean runs, misses) came to about 59 in 150 runs against 33 with all six
+#: (benchmarks/verdict_quality.md, R65); twice the six a comparison takes halves the
+#: baseline's variance again, for a few seconds more of a run that is seldom made.
+#: ``--distperf-save-measurements`` sets it.
+SAVE_CONTROL_WINDOWS = DEFAULT_SAVE_MEASUREMENTS
 #: ... measured again only while the pooled measurements so far are worse by this fraction
 #: of the tolerance (a sequential screen: it can end in *unchanged* early, never in a
 #: regression; benchmarks/ddp_verdicts.md has what it saves)
