@@ -12,8 +12,10 @@ process with a fresh rank pool, in shuffled order:
 * ``buckets``: ``bucket_cap_mb=0.25`` instead of DDP's default 25;
 * ``unused``: ``find_unused_parameters=True``;
 * ``barrier``: an extra ``dist.barrier()`` in every step (in the loss);
-* ``wider10``, ``wider25``: the feed-forward layers about 10% and 25% wider (that many more
-  parameters in those layers; more gradient bytes);
+* ``larger10``, ``larger25``: the model 10% and 25% larger (parameters and gradient bytes):
+  its feed-forward layers, half of its parameters, 20% and 50% wider;
+* ``wider10``, ``wider25``: the feed-forward layers 10% and 25% wider (the model 5% and 12.5%
+  larger; the changes of the earlier runs);
 * ``slower10``, ``slower20``: the step 10% and 20% slower, by CPU work and nothing else:
   every rank runs float32 products (``MM_UNIT_SHAPE``) in the loss for 10% (20%) of the saved
   baseline's step, counted in host-speed control units (the saved step over its control,
@@ -176,6 +178,8 @@ CHANGES: dict[str, dict[str, str]] = {
     "buckets": {"EQ_BUCKET_MB": "0.25"},
     "unused": {"EQ_UNUSED": "1"},
     "barrier": {"EQ_BARRIER": "1"},
+    "larger10": {"EQ_WIDER": "0.2"},  # the feed-forward layers are half the parameters
+    "larger25": {"EQ_WIDER": "0.5"},
     "wider10": {"EQ_WIDER": "0.1"},
     "wider25": {"EQ_WIDER": "0.25"},
     "slower10": {"EQ_EXTRA_ROWS": "2"},  # --slowdown rows; spin: set after the save

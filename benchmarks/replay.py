@@ -22,6 +22,12 @@ close model of a run, not a copy.  The figures are printed per work (clean, +10%
     python benchmarks/replay.py runs.json --metric matmul.time_s --follow 0
     python benchmarks/replay.py ddp.json --metric step_time_s --host-change 0.126 \
         --memory-change 0.171 --time-change 0.212    # a ddp_verdicts.py file, a drift
+    python benchmarks/replay.py runs.json --metric all_reduce.4MiB.busbw_gbps \
+        --save-pick 0,1,2 --save-pick 3,4,5    # baselines of three of the save's six
+
+``--save-pick`` rebuilds each block's baseline from those of its save's recorded measurements
+(by index), as a save stores them (the quiet ones pooled, less those slowed alone): how the
+verdicts depend on the number of measurements a save takes (R65 in verdict_quality.md).
 
 Results: benchmarks/verdict_quality.md (R42-R47).
 """
@@ -78,6 +84,8 @@ class Run:
     base: StoredMetric
     verdict: str  # as recorded
     measurements: list[dict[str, Any]]
+    #: the recorded measurements of the save the baseline came from (recorded from R33 on)
+    saved: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 #: ddp_verdicts.py's ``--json`` keeps a run's step and compute verdicts under these keys.
@@ -88,14 +96,16 @@ def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
     """The recorded compare runs of ``metric``, each with the baseline it was judged by
     (a ddp_verdicts.py file: its clean runs and its ``slowerNN`` ones, one block)."""
     base: StoredMetric | None = None
+    saved: list[dict[str, Any]] = []
     for run in data["runs"]:
         if run.get("bare"):
             continue
         ddp = "kind" in run
+        v = run.get(DDP_KEYS.get(metric, metric) if ddp else metric)
         if (run["kind"] == "save") if ddp else run["save"]:
             base = stored_metric(run.get("baseline_files") or {}, metric)
+            saved = list((v or {}).get("measurements") or [])
             continue
-        v = run.get(DDP_KEYS.get(metric, metric) if ddp else metric)
         if base is None or v is None or not v.get("measurements"):
             continue
         if ddp:
@@ -103,9 +113,27 @@ def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
             if kind != "clean" and not (kind.startswith("slower") and kind[6:].isdigit()):
                 continue  # a communication change: not a slowdown of the work
             extra = 0.0 if kind == "clean" else int(kind[6:]) / 100
-            yield Run(0, extra, base, v["verdict"], list(v["measurements"]))
+            yield Run(0, extra, base, v["verdict"], list(v["measurements"]), saved)
             continue
-        yield Run(run["block"], run["extra"], base, v["verdict"], list(v["measurements"]))
+        yield Run(run["block"], run["extra"], base, v["verdict"], list(v["measurements"]),
+                  saved)
+
+
+def rebuilt(base: StoredMetric, saved: list[dict[str, Any]], pick: list[int]) -> StoredMetric:
+    """``base`` rebuilt from the save's measurements ``pick`` (indices), as a save stores a
+    metric with the control (judgement.Save): the quiet ones pooled, less those slowed
+    alone (all of them when none is quiet)."""
+    chosen = [saved[i] for i in pick if i < len(saved)]
+    if not chosen:
+        raise SystemExit(f"replay: --save-pick {pick}: the save recorded {len(saved)} "
+                         "measurement(s)")
+    wins = windows(chosen, 1.0, 1.0)
+    limit = rule.spread_limit([w.samples for w in wins], base.higher_is_better)
+    quiet = [w for w in wins if not rule.noise_reasons(w, base.higher_is_better, limit=limit)]
+    quiet = rule.without_outliers(quiet, TOLERANCE, higher_is_better=base.higher_is_better)
+    p = rule.pooled(quiet or wins)
+    return dataclasses.replace(base, value=p.value, samples=p.samples, control=p.control,
+                               memory_control=p.memory_control, measurements=p.sizes)
 
 
 def padded(run: Run, others: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -154,8 +182,8 @@ def judge(base: StoredMetric, wins: list[rule.Window]) -> tuple[str, int, str]:
 
 
 def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
-           memory_change: float | None = None, time_change: float | None = None
-           ) -> dict[float, collections.Counter[str]]:
+           memory_change: float | None = None, time_change: float | None = None,
+           save_pick: list[int] | None = None) -> dict[float, collections.Counter[str]]:
     runs = list(compare_runs(data, metric))
     pool: dict[tuple[int, float], list[dict[str, Any]]] = collections.defaultdict(list)
     for run in runs:
@@ -165,7 +193,8 @@ def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
         wins = windows(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change, follow,
                        None if memory_change is None else 1.0 + memory_change,
                        None if time_change is None else 1.0 + time_change)
-        tally[run.extra][judge(run.base, wins)[0]] += 1
+        base = run.base if save_pick is None else rebuilt(run.base, run.saved, save_pick)
+        tally[run.extra][judge(base, wins)[0]] += 1
     return tally
 
 
@@ -186,7 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-change", type=float, metavar="T",
                         help="the times this much slower (default: the host's change "
                              "followed at --follow)")
+    parser.add_argument("--save-pick", action="append", metavar="I,J,...",
+                        help="rebuild each baseline from these of its save's measurements "
+                             "(indices from 0); repeatable (default: the baseline as stored)")
     args = parser.parse_args(argv)
+    picks: list[list[int] | None] = [None]
+    if args.save_pick:
+        try:
+            picks = [[int(i) for i in p.split(",")] for p in args.save_pick]
+        except ValueError:
+            raise SystemExit(f"replay: --save-pick {args.save_pick}: indices, such as "
+                             "0,1,2") from None
+        if any(i < 0 for p in picks for i in p if p):
+            raise SystemExit("replay: --save-pick: indices count from 0")
     for name in ("memory_change", "time_change"):
         value = getattr(args, name)
         if value is not None and value <= -1.0:
@@ -201,16 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     for h in args.host_change or [0.0]:
         if h <= -1.0:
             raise SystemExit(f"replay: --host-change {h} would leave no time at all")
-        tally = replay(data, args.metric, h, args.follow, args.memory_change,
-                       args.time_change)
-        for extra in sorted(tally):
-            counts = tally[extra]
-            label = "clean" if extra == 0 else f"+{extra:.0%} work"
-            total = sum(counts.values())
-            key = (f"false alarms {counts['regressed']}/{total}" if extra == 0
-                   else f"caught {counts['regressed']}/{total}")
-            print(f"host {h:+.0%}  {label:>9}: {key}; "
-                  + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())), flush=True)
+        for pick in picks:
+            tally = replay(data, args.metric, h, args.follow, args.memory_change,
+                           args.time_change, pick)
+            saved = "" if pick is None else f"  save {','.join(map(str, pick))}"
+            for extra in sorted(tally):
+                counts = tally[extra]
+                label = "clean" if extra == 0 else f"+{extra:.0%} work"
+                total = sum(counts.values())
+                key = (f"false alarms {counts['regressed']}/{total}" if extra == 0
+                       else f"caught {counts['regressed']}/{total}")
+                print(f"host {h:+.0%}{saved}  {label:>9}: {key}; "
+                      + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())), flush=True)
     return 0
 
 

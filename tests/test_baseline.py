@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tomli_w
 
@@ -25,6 +26,7 @@ from pytest_distperf.records import (
     from_dict,
     to_dict,
 )
+from pytest_distperf.verdict import rule
 from pytest_distperf.verdict.noise import STEAL_LIMIT, WAIT_LIMIT, NoiseFigures, Snapshot, between
 
 if sys.version_info >= (3, 11):
@@ -960,6 +962,45 @@ def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
     assert bl.controlled(stored_controlled(), [controlled()])
     verdict, _, detail, _ = decide(stored(), *[controlled(scaled(2.0))] * REG)
     assert verdict == bl.REGRESSED and f"confirmed by {REG} measurements" in detail
+
+
+def test_a_controlled_confidence_counts_measurements_not_samples() -> None:
+    """With the control, the confidence is 1 - p of an exact Mann-Whitney test of the
+    measurements (each one's adjusted 25% quantile, this run's against the baseline's), not of
+    the pooled samples, which share their measurement's moment: six measurements against
+    six, all slower, give 1 - 1/C(12, 6), however many samples each holds, where the pooled
+    samples' test says p < 1e-30.  A baseline of one measurement cannot give more than
+    1 - 1/7.  Cross-checked against scipy on the same figures."""
+    scipy_stats = pytest.importorskip("scipy.stats")
+    levels = (1.0, 1.02, 1.04, 1.06, 1.08, 1.10)
+    base_samples = tuple(v for f in levels for v in scaled(f))
+    base = bl.StoredMetric("s", False, TIMES[10], base_samples, control=CONTROL * 6,
+                           measurements=(20,) * 6)
+    metric = Metric("w.time_s", 0.04, "s", False, TIMES)
+
+    def verdict_of(factors: tuple[float, ...], stored: bl.StoredMetric) -> Any:
+        wins = [controlled(scaled(f)) for f in factors]
+        verdict, a, detail, _ = decide(stored, *wins)
+        return rule.make_verdict(metric, verdict, "env", a, tolerance=0.10,
+                               windows=len(wins), detail=detail), a
+
+    slower = (2.0, 2.01, 2.02, 2.03, 2.04, 2.05)
+    v, a = verdict_of(slower, base)
+    assert v.verdict == bl.REGRESSED and a.p_worse is not None and a.p_worse < 1e-30
+    assert v.confidence == pytest.approx(1 - 1 / math.comb(12, 6))
+    # partly overlapping measurements: the figure scipy gives for their levels
+    factors = (1.07, 1.09, 1.11, 1.13, 1.15, 1.17)
+    v, a = verdict_of(factors, base)
+    q = rule.CONTROL_ESTIMATOR_QUANTILE
+    level = lambda f: math.log(float(np.quantile(scaled(f), q)))  # noqa: E731
+    want = scipy_stats.mannwhitneyu([level(f) for f in factors], [level(f) for f in levels],
+                                    alternative="greater", method="exact").pvalue
+    assert a.units_p_worse == pytest.approx(want, rel=1e-9)
+    assert v.verdict != bl.REGRESSED or v.confidence == pytest.approx(1 - want)
+    # a baseline of one measurement (no sizes: its samples are one unit)
+    one = bl.StoredMetric("s", False, TIMES[10], TIMES, control=CONTROL)
+    v, _ = verdict_of(slower, one)
+    assert v.verdict == bl.REGRESSED and v.confidence == pytest.approx(1 - 1 / 7)
 
 
 def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -> None:

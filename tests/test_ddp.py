@@ -227,6 +227,41 @@ def test_refusals(ddp_step_timer):
 
 def test_bad_batch(ddp_step_timer):
     ddp_step_timer(Sleepy, lambda rank: [1, 2, 3], steps=1, warmup=0)
+
+
+class PartlyUsed(torch.nn.Module):
+    """A layer forward never uses: DDP needs find_unused_parameters=True for it."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+def test_ddp_options_reach_the_wrapper(ddp_step_timer):
+    def counts(t):
+        return {c.op: (c.calls, c.bytes) for c in t.comm_counts}
+
+    run = dict(steps=2, warmup=1, control=False)
+    plain = counts(ddp_step_timer(lambda: torch.nn.Linear(32, 32), batch, **run))
+    # find_unused_parameters: the used-parameter map, one more small all-reduce per step;
+    # the unused layer's gradients are synchronised too (zeros): twice the bytes
+    unused = counts(ddp_step_timer(PartlyUsed, batch, name="unused",
+                                   wrapper_kwargs={"find_unused_parameters": True}, **run))
+    assert unused["all_reduce"][0] == plain["all_reduce"][0] + 1
+    assert unused["all_reduce"][1] >= 2 * plain["all_reduce"][1]
+    # static_graph: the same gradients, bucketed as ever
+    static = counts(ddp_step_timer(lambda: torch.nn.Linear(32, 32), batch, name="static",
+                                   wrapper_kwargs={"static_graph": True}, **run))
+    assert static["all_reduce"][1] == plain["all_reduce"][1]
+    # and an option DDP does not know is DDP's own error, from the ranks
+    with pytest.raises(Exception, match="no_such_option"):
+        ddp_step_timer(Sleepy, batch, steps=1, warmup=0, name="bad",
+                       wrapper_kwargs={"no_such_option": 1})
+    print("BODY-OK options", unused, static)
 '''
 
 
@@ -244,12 +279,12 @@ def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
 
 def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     result, data = run_module(pytester)
-    result.assert_outcomes(passed=6, failed=4)
+    result.assert_outcomes(passed=7, failed=4)
     out = result.stdout
 
     # balanced, compute-heavy, FSDP2 and weak scaling pass on their thresholds
     for name in ("test_balanced", "test_compute_heavy", "test_fsdp", "test_fsdp_gpt_style",
-                 "test_weak_scaling", "test_refusals"):
+                 "test_weak_scaling", "test_refusals", "test_ddp_options_reach_the_wrapper"):
         out.fnmatch_lines([f"PASSED test_gen.py::{name}*"])
 
     # the straggler is named and fails max_imbalance with the ranks and the batch shares
@@ -472,3 +507,70 @@ def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None
         shard_targets(model, "Block")
     assert takes_module(lambda model: model) and takes_module(lambda module, lr=1: module)
     assert not takes_module(lambda params: params) and not takes_module(print)
+
+
+#: Rank 1 sleeps 0.2 s in every other step's forward, 0.02 s otherwise: half the steps far
+#: out of balance, half in it.
+ALTERNATING = r'''
+import time
+
+import torch
+import torch.distributed as dist
+
+
+class Alternating(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        slow = dist.get_rank() == 1 and self.calls % 2 == 0
+        time.sleep(0.2 if slow else 0.02)
+        return self.lin(x)
+
+
+def test_alternating(ddp_step_timer):
+    ddp_step_timer(Alternating, lambda rank: torch.randn(4, 8), steps=8, warmup=1,
+                   control=False)
+'''
+
+#: The noise probe's verdict, forced: the probe itself is tested in test_baseline.py; this
+#: is what the plugin does with a noisy one.
+FORCED_NOISE = r'''
+from pytest_distperf.verdict import noise
+
+noise.NoiseFigures.too_noisy = lambda self: ["CPU wait 40% > 25% (forced by the test)"]
+'''
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_breach_the_noise_could_have_made_warns_and_fails_only_when_strict(
+        pytester: pytest.Pytester, strict: bool) -> None:
+    """A per-step fraction over its limit in the median step, within it in a quarter of the
+    steps, measured while the noise probe was past its limits: inconclusive, a warning and
+    a pass; a failure under --distperf-strict.  (Over it with a quiet probe it fails:
+    test_straggler above.)"""
+    pytester.makepyfile(test_alt=ALTERNATING)
+    pytester.makeconftest(FORCED_NOISE)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(
+        "--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA",
+        "--distperf-json", str(report), *(["--distperf-strict"] if strict else []))
+    (test,) = json.loads(report.read_text())["tests"]
+    imbalance = next(m for m in test["metrics"] if m["name"] == "imbalance")
+    samples = sorted(imbalance["samples"])
+    # the premise: the median step over the limit, the good quarter within it
+    assert imbalance["value"] > 0.1 and samples[len(samples) // 4] < 0.1, samples
+    said = ("imbalance = * exceeds max_imbalance = 0.100*inconclusive: the noise probe saw "
+            "CPU wait 40% > 25% (forced by the test), and a quarter of the steps were within "
+            "the limit*")
+    if strict:
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines(["*distperf: 1 threshold breach(es) in *test_alternating*",
+                                     f"*{said}"])
+    else:
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([f"*threshold breach too noisy to tell*{said}"])
+    assert test["breaches"] and "inconclusive" in test["breaches"][0]

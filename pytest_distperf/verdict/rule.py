@@ -26,8 +26,8 @@ fixed piece of work run right after it on all ranks, :mod:`pytest_distperf.rank.
 judged after taking out the part of their variation that follows the control (an analysis
 of covariance, as CUPED does for A/B tests):
 
-* both sides pool ``CONTROL_WINDOWS`` measurements (the baseline keeps all of its
-  measurements' samples, and their sizes);
+* the current run pools up to ``CONTROL_WINDOWS`` measurements, the baseline
+  ``SAVE_CONTROL_WINDOWS`` (it keeps all of its measurements' samples, and their sizes);
 * a measurement's control level is the 25% quantile of its controls (another process's
   time slices hit a few of them; a slower host all of them);
 * the slope: how strongly the time follows the control, fitted on the measurements' median
@@ -41,8 +41,11 @@ of covariance, as CUPED does for A/B tests):
   as soon as the pooled quiet measurements come back under that, it is unchanged (a clean run
   rarely needs more than two); with ``CONTROL_WINDOWS`` it is a regression when the pooled
   change is past the line and a one-sided Mann-Whitney test of the adjusted samples agrees at
-  ``ALPHA``.  An improvement needs ``CONTROL_IMPROVEMENT_WINDOWS`` measurements, pooled
-  and the last one alone past the line (or all ``CONTROL_WINDOWS`` pooled).  The noise probe
+  ``ALPHA`` (a floor: it counts samples of one measurement as independent; the confidence a
+  verdict reports is the exact test of the measurements, each one figure:
+  ``Assessment.units_p_worse``).  An improvement needs ``CONTROL_IMPROVEMENT_WINDOWS``
+  measurements, pooled and the last one alone past the line (or all ``CONTROL_WINDOWS``
+  pooled).  The noise probe
   and the spread limit still set noisy measurements aside, and so is a quiet one that is
   slower than the fastest of the run's others by more than ``OUTLIER_FACTOR`` x the
   tolerance, each relative to its own control (something the probe cannot see slowed it
@@ -93,6 +96,7 @@ from pytest_distperf.verdict.noise import NoiseFigures, pooled_noise
 from pytest_distperf.verdict.stats import (
     MIN_SAMPLES,
     adjusted,
+    adjusted_levels,
     control_points,
     estimate,
     good_half,
@@ -142,16 +146,6 @@ NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
 #: machine (docs/baselines.md), six a side: 1-2% of clean comparisons false-alarmed and 90%
 #: of 10% slowdowns were caught; four a side: 2% and 86%.
 CONTROL_WINDOWS = 6
-#: A save of a metric with the control pools this many measurements: every compare run is
-#: judged against the one baseline, so an error in it is an error in all of them, where a
-#: compare run's own error is its alone.  Replayed on the recorded `bench` blocks with the
-#: baseline rebuilt from three of the save's six measurements (the first, the last, the odd
-#: and the even three), the errors of every kind (false alarms, false improvements,
-#: inconclusive clean runs, misses) came to about 59 in 150 runs against 33 with all six
-#: (benchmarks/verdict_quality.md, R65); twice the six a comparison takes halves the
-#: baseline's variance again, for a few seconds more of a run that is seldom made.
-#: ``--distperf-save-measurements`` sets it.
-SAVE_CONTROL_WINDOWS = DEFAULT_SAVE_MEASUREMENTS
 #: ... measured again only while the pooled measurements so far are worse by this fraction
 #: of the tolerance (a sequential screen: it can end in *unchanged* early, never in a
 #: regression; benchmarks/ddp_verdicts.md has what it saves)
@@ -215,6 +209,17 @@ MEMORY_SLOPE_MAX = 1.5
 #: of the others instead of the fastest, R56's two stayed; at 2x, a 20% slowdown of R47 was
 #: missed.
 OUTLIER_FACTOR = 3.0
+#: A save of a metric with the control pools this many measurements: every compare run is
+#: judged against the one baseline, so an error in it is an error in all of them, where a
+#: compare run's own error is its alone.  Replayed on five recorded `bench` runs (R47, R52,
+#: R56, R58, R61: 250 compare runs) with each baseline rebuilt from three of its save's six
+#: measurements (the first, the last, the odd and the even three), the errors of every kind
+#: (false alarms, false improvements, inconclusive clean runs, misses) came to 59 on
+#: average against 33 from all six (1.6-2.5x in four of the runs, none in R61;
+#: benchmarks/verdict_quality.md, R65).  Twice the six a comparison takes halves the
+#: baseline's variance again, for a few seconds more of a run that is seldom made.
+#: ``--distperf-save-measurements`` sets it.
+SAVE_CONTROL_WINDOWS = DEFAULT_SAVE_MEASUREMENTS
 #: Re-measurement rounds of one test at most (confirmations, or a save's measurements).
 MAX_ROUNDS = max(CONFIRM_ROUNDS, SAVE_MAX_WINDOWS, CONTROL_WINDOWS) + 1
 
@@ -273,6 +278,11 @@ class Assessment:
     #: change); "memory 1:1": the memory control's change taken out 1:1 (a bandwidth);
     #: "": at the fit or ``slope``
     between: str = ""
+    #: with the control: one-sided exact Mann-Whitney of the measurements (each one's
+    #: adjusted 25% quantile, this run's against the baseline's), the unit of independence;
+    #: what the confidence reports (``p_worse`` and ``p_better`` count samples as units)
+    units_p_worse: float | None = None
+    units_p_better: float | None = None
 
     @property
     def trusted(self) -> bool:
@@ -485,20 +495,25 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
     rb, rc = adjusted(base_points, fitted), adjusted(cur_points, fitted)
     host_log = _host_log(base_points, cur_points)
     shown_log = host_log  # the host's change the assessment reports
+    shift = 0.0  # taken off the current side's adjusted logs
     if memory:  # the host's change at the slope the memory control's change says
         memory_log = _host_log(control_points(base.parts(memory=True)),
                                control_points(_parts_of(use, memory=True)))
         shown_log = memory_log
         if memory_in_proportion:  # 1:1 on the memory control's own change
-            rc = [r - (memory_log - fitted * host_log) for r in rc]
+            shift = memory_log - fitted * host_log
             slope = BETWEEN_SLOPE
         else:
             slope = memory_slope(host_log, memory_log)
-            rc = [r - (slope - fitted) * host_log for r in rc]
+            shift = (slope - fitted) * host_log
     elif slope is not None:  # the host's change between the sides at ``slope``, not the fit
-        rc = [r - (slope - fitted) * host_log for r in rc]
+        shift = (slope - fitted) * host_log
+    rc = [r - shift for r in rc]
     q = CONTROL_ESTIMATOR_QUANTILE
     change = math.exp(quantile_or_nan(rc, q) - quantile_or_nan(rb, q)) - 1.0
+    # the measurements as the units: each one's adjusted 25% quantile
+    lb = adjusted_levels(base_points, fitted, q)
+    lc = [v - shift for v in adjusted_levels(cur_points, fitted, q)]
     b = estimate(base.samples, base.value, False, False)
     c = b * (1.0 + change)
     line = tolerance * DECISION_FRACTION
@@ -509,7 +524,8 @@ def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: 
                       mann_whitney_greater(rb, rc), spread(cur.samples, False), cur.noise,
                       noisy, math.exp(shown_log) - 1.0, fitted if slope is None else slope,
                       set_aside, ("memory 1:1" if memory_in_proportion else "memory")
-                      if memory else "")
+                      if memory else "", mann_whitney_greater(lc, lb),
+                      mann_whitney_greater(lb, lc))
 
 
 def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: bool = True,
@@ -763,7 +779,13 @@ def _count(value: float) -> str:
 
 
 def _confidence(verdict: str, a: Assessment) -> float | None:
-    p = a.p_better if verdict == IMPROVED else a.p_worse
+    """1 - p of the verdict's one-sided Mann-Whitney test: with the control, the test of the
+    measurements (the unit of independence; samples of one measurement share its moment);
+    otherwise the test of one measurement's samples (the plain rule's unit)."""
+    if a.units_p_worse is not None:
+        p = a.units_p_better if verdict == IMPROVED else a.units_p_worse
+    else:
+        p = a.p_better if verdict == IMPROVED else a.p_worse
     if p is None or verdict in (UNCHANGED, NO_BASELINE, NOT_COMPARABLE, SAVED):
         return None
     return 1.0 - p

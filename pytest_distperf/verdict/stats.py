@@ -65,7 +65,9 @@ def selection_figure(samples: Sequence[float], value: float, higher_is_better: b
 
 def spread(samples: Sequence[float], higher_is_better: bool,
            fraction: bool = False) -> float | None:
-    """How far the median sits from the estimate, relative: (median - p10) / p10 for a time.
+    """How far the median sits from the estimate (:func:`estimate`: the 5% quantile of a
+    time, or its second-fastest sample under 21 samples), relative: (median - estimate) /
+    estimate for a time, the mirror for a rate.
     A fraction is measured against ``FRACTION_SPREAD_FLOOR`` where its estimate is smaller
     (a comm_overhead of 0.002 with a median of 0.02 is not 900% noisy).  None with too few
     samples."""
@@ -175,6 +177,14 @@ def control_points(parts: Sequence[tuple[Sequence[float], Sequence[float]]]
     return [(math.log(quantile_or_nan(c, CONTROL_LEVEL_QUANTILE)),
              math.log(median_or_nan(v)), v)
             for v, c in parts if len(v) and len(c)]
+
+
+def adjusted_levels(points: Sequence[tuple[float, float, Sequence[float]]], slope: float,
+                    q: float) -> list[float]:
+    """Per measurement: the ``q`` quantile of its :func:`adjusted` samples (one figure per
+    measurement, the unit a test across measurements counts)."""
+    return [quantile_or_nan([math.log(v) - slope * x for v in samples], q)
+            for x, _, samples in points]
 
 
 def adjusted(points: Sequence[tuple[float, float, Sequence[float]]],
