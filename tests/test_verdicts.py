@@ -27,6 +27,10 @@ else:  # pragma: no cover
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 RUN = ("--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA")
+#: A save of six measurements of a metric with the control, as many as a comparison takes:
+#: these tests' saves are there for what they test, and twelve (the default) would double
+#: their time; test_a_save_takes_twelve_measurements_by_default checks the default.
+SAVE = ("--distperf-save", f"--distperf-save-measurements={bl.CONTROL_WINDOWS}")
 #: Measurements of a save of a controlled metric (read here: the verdict's rule imports numpy,
 #: which cannot be imported again after a pytester run has unloaded it)
 
@@ -81,7 +85,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     stored = pytester.path / "perf_baselines" / "test_naps.toml"
 
     # 1. save: every metric is written, once, under this environment
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result = pytester.runpytest_subprocess(*RUN, *SAVE)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 4 saved*"])
     data = tomllib.loads(stored.read_text())
@@ -90,17 +94,12 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     assert re.match(r"gloo-cpu-w2-c\d+t\d+-torch", env_id)  # cores and threads per rank
     assert sorted(data["tests"]) == ["test_faster", "test_murky", "test_same", "test_slowed"]
     same = data["tests"]["test_same"][env_id]["metrics"]["same.time_s"]
-    # the save's quiet measurements pooled (all twelve, SAVE_CONTROL_WINDOWS, twice what a
-    # comparison takes, unless the noise probe dropped some), each sample with its
-    # host-speed control
+    # the save's quiet measurements pooled (all six asked for, unless the noise probe
+    # dropped some), each sample with its host-speed control
     sizes = same.get("measurements", [10])
     assert len(same["samples"]) == len(same["control"]) == len(same["memory_control"]) \
         == sum(sizes)
-    assert set(sizes) == {10} and 1 <= len(sizes) <= bl.SAVE_CONTROL_WINDOWS == 12
-    # the save's report says how many it took
-    result.stdout.fnmatch_lines(
-        [f"*same.time_s: {bl.SAVE_CONTROL_WINDOWS} measurement(s) pooled, with the host-speed "
-         "control*"])
+    assert set(sizes) == {10} and 1 <= len(sizes) <= bl.CONTROL_WINDOWS
     _make_murky(stored)
     saved = stored.read_bytes()
 
@@ -168,6 +167,33 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     ])
 
 
+def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) -> None:
+    """With no --distperf-save-measurements a save pools SAVE_CONTROL_WINDOWS (12)
+    measurements of a metric with the control, twice the most a comparison takes; the
+    report and the baseline file say so."""
+    pytester.makepyfile(test_quick="""
+        import time
+
+
+        def nap(seconds):
+            time.sleep(seconds)
+
+
+        def test_quick(nccl_group):
+            nccl_group.measure("quick", nap, 0.001, iters=10, warmup=1)
+    """)
+    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*quick.time_s: {bl.SAVE_CONTROL_WINDOWS} measurement(s) "
+                                 "pooled, with the host-speed control*"])
+    data = tomllib.loads((pytester.path / "perf_baselines" / "test_quick.toml").read_text())
+    (entry,) = data["tests"]["test_quick"].values()
+    quick = entry["metrics"]["quick.time_s"]
+    sizes = quick.get("measurements", [10])  # the quiet ones (the noise probe may drop some)
+    assert set(sizes) == {10} and len(sizes) <= bl.SAVE_CONTROL_WINDOWS == 12
+    assert len(quick["samples"]) == len(quick["control"]) == sum(sizes)
+
+
 BAD = {
     "test_corrupt": ('schema_version = 1\nmodule = "test_corrupt.py"\n[tests\n', 3,
                      "not valid TOML"),
@@ -190,7 +216,7 @@ def test_bad_baseline_files_are_refused_and_never_changed(pytester: pytest.Pytes
         (folder / f"{name}.toml").write_text(text)
         before[name] = (folder / f"{name}.toml").read_bytes()
     # not even --distperf-save writes over them (comparing reads them the same way)
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result = pytester.runpytest_subprocess(*RUN, *SAVE)
     result.assert_outcomes(failed=len(BAD))
     for name, (_, line, words) in BAD.items():
         result.stdout.fnmatch_lines(
@@ -215,7 +241,7 @@ def test_test_files_outside_the_rootdir_keep_their_own_baselines(
                 nccl_group.measure("{name}", lambda: None, iters=5, warmup=0)
         """))
     result = pytester.runpytest_subprocess(
-        *RUN, "--distperf-save", "--rootdir", str(root), "-c", str(root / "pytest.ini"),
+        *RUN, *SAVE, "--rootdir", str(root), "-c", str(root / "pytest.ini"),
         str(pytester.path / "one"), str(pytester.path / "two"))
     result.assert_outcomes(passed=2)
     for name in ("one", "two"):
@@ -239,7 +265,7 @@ def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytes
         def test_it(nccl_group, i):
             nccl_group.measure(f"nap{i}", time.sleep, 0.002, iters=5, warmup=0)
     """))
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save", "-n", "3")
+    result = pytester.runpytest_subprocess(*RUN, *SAVE, "-n", "3")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 3 saved*"])
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_many.toml").read_text())
@@ -271,7 +297,7 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
             reps = 150 * int(os.environ.get("WORK_SCALE", "1"))  # about 10 ms
             nccl_group.measure("work", work, a, reps, iters=10, warmup=1)
     """))
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result = pytester.runpytest_subprocess(*RUN, *SAVE)
     result.assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_work.toml").read_text())
     (entry,) = data["tests"]["test_work"].values()
@@ -319,7 +345,7 @@ def test_the_baseline_files_limits_reach_the_fixtures_findings(pytester: pytest.
     """One table of limits per test: a threshold set for this environment in the baseline
     file changes what the fixture's analysis finds, as it changes the breach check."""
     pytester.makepyfile(test_uneven=UNEVEN)
-    saved = pytester.runpytest_subprocess(*RUN, "-s", "--distperf-save")
+    saved = pytester.runpytest_subprocess(*RUN, "-s", *SAVE)
     # default limits: rank 1's 4x slowness is an imbalance finding and a breach
     saved.assert_outcomes(failed=1)
     saved.stdout.fnmatch_lines(["FINDINGS *'imbalance'*",
@@ -373,7 +399,7 @@ def test_every_bench_call_of_one_op_is_judged_and_confirmed_on_its_own(
     probe's call on a busy host (another process taking the CPUs); that it was measured
     again, through its own call, is not."""
     pytester.makepyfile(test_benches=TWO_BENCHES)
-    pytester.runpytest_subprocess(*RUN, "--distperf-save").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(*RUN, *SAVE).assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_benches.toml").read_text())
     (entry,) = data["tests"]["test_three_benches_of_one_op"].values()
     assert set(entry["metrics"]) == {"all_reduce.4KiB.busbw_gbps",
@@ -458,7 +484,7 @@ def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
     this tiny model are left to the noise (and re-measured on the pool's own ranks, which
     is quicker: exact counts are measured once)."""
     pytester.makepyfile(test_step=STEP_CHANGES)
-    pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS,
+    pytester.runpytest_subprocess(*RUN, *SAVE, *NO_LIMITS,
                                   SAME_RANKS).assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
     (entry,) = data["tests"]["test_step"].values()
@@ -509,7 +535,7 @@ def test_a_slower_step_is_judged_by_the_part_that_grew(
     which part grew.  Re-measured on the pool's own ranks (quicker; fresh ranks are
     tested below)."""
     pytester.makepyfile(test_step=STEP_CHANGES)
-    pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS,
+    pytester.runpytest_subprocess(*RUN, *SAVE, *NO_LIMITS,
                                   SAME_RANKS).assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
     (entry,) = data["tests"]["test_step"].values()
