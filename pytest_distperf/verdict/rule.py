@@ -45,11 +45,10 @@ of covariance, as CUPED does for A/B tests):
   verdict reports is the exact test of the measurements, each one figure:
   ``Assessment.units_p_worse``).  An improvement needs ``CONTROL_IMPROVEMENT_WINDOWS``
   measurements, pooled and the last one alone past the line (or all ``CONTROL_WINDOWS``
-  pooled).  The noise probe
-  and the spread limit still set noisy measurements aside, and so is a quiet one that is
-  slower than the fastest of the run's others by more than ``OUTLIER_FACTOR`` x the
-  tolerance, each relative to its own control (something the probe cannot see slowed it
-  alone; with 3 measurements or more); and since another process can
+  pooled).  The noise probe and the spread limit still set noisy measurements aside, and so
+  is a quiet one that is slower than the fastest of the run's others by more than
+  ``OUTLIER_FACTOR`` x the tolerance, each relative to its own control (something the probe
+  cannot see slowed it alone; with 3 measurements or more); and since another process can
   push an adjusted time either way, a noisy measurement clears and improves nothing: with
   no quiet one the verdict is inconclusive.
 * The host's change between the save and now (the pooled control levels) is another
