@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             raise SystemExit(f"replay: --save-pick {args.save_pick}: indices, such as "
                              "0,1,2") from None
-        if any(i < 0 for p in picks for i in p if p):
+        if any(i < 0 for p in picks if p for i in p):
             raise SystemExit("replay: --save-pick: indices count from 0")
     for name in ("memory_change", "time_change"):
         value = getattr(args, name)
