@@ -183,8 +183,7 @@ def adjusted_levels(points: Sequence[tuple[float, float, Sequence[float]]], slop
                     q: float) -> list[float]:
     """Per measurement: the ``q`` quantile of its :func:`adjusted` samples (one figure per
     measurement, the unit a test across measurements counts)."""
-    return [quantile_or_nan([math.log(v) - slope * x for v in samples], q)
-            for x, _, samples in points]
+    return [quantile_or_nan(adjusted([point], slope), q) for point in points]
 
 
 def adjusted(points: Sequence[tuple[float, float, Sequence[float]]],
