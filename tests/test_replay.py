@@ -16,6 +16,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -33,18 +34,24 @@ def replay() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name", ["r44.json.gz", "r45.json.gz"])
-def test_recorded_runs_are_judged_again_as_they_were(replay: ModuleType, name: str) -> None:
-    """R44 (a steady host) and R45 (a noisy neighbour: noisy measurements set aside by
-    their recorded noise figures) were run with the rule as it is: every verdict, and the
-    number of measurements it took, comes out the same from the record."""
-    data = replay.load_runs(BENCHMARKS / "data" / name)
-    runs = list(replay.compare_runs(data, METRIC))
+def judged_as_recorded(replay: ModuleType, name: str, metric: str) -> list[Any]:
+    """The 50 compare runs of recording ``name``, each asserted to come out of the rule as it
+    is with the verdict it recorded, after as many measurements."""
+    runs = list(replay.compare_runs(replay.load_runs(BENCHMARKS / "data" / name), metric))
     assert len(runs) == 50
     for run in runs:
         verdict, used, detail = replay.judge(run.base, replay.windows(run.measurements, 1.0,
                                                                       1.0))
         assert (verdict, used) == (run.verdict, len(run.measurements)), detail
+    return runs
+
+
+@pytest.mark.parametrize("name", ["r44.json.gz", "r45.json.gz"])
+def test_recorded_runs_are_judged_again_as_they_were(replay: ModuleType, name: str) -> None:
+    """R44 (a steady host) and R45 (a noisy neighbour: noisy measurements set aside by
+    their recorded noise figures) were run with the rule as it is: every verdict, and the
+    number of measurements it took, comes out the same from the record."""
+    runs = judged_as_recorded(replay, name, METRIC)
     verdicts = {run.verdict for run in runs}
     assert {"regressed", "unchanged"} <= verdicts  # both kinds of verdict are in the record
 
@@ -168,3 +175,52 @@ def test_a_baseline_of_fewer_measurements_errs_more(replay: ModuleType) -> None:
         assert again.samples == pytest.approx(run.base.samples, rel=1e-5)
         assert again.control == pytest.approx(run.base.control, rel=1e-5)
         assert again.measurements == run.base.measurements
+
+
+def test_a_bench_block_with_saves_of_twelve_is_judged_again_as_it_was(
+        replay: ModuleType) -> None:
+    """R69 (`bench`, saves of twelve measurements, the rule as it is; kept rounded to six
+    significant digits): every one of its 50 verdicts, and the measurements it took, comes
+    out the same from the record: 0/30 false alarms, 6/10 and 10/10 caught."""
+    runs = judged_as_recorded(replay, "r69.json.gz", BUSBW)
+    assert max(len(run.base.measurements) for run in runs) == 12
+    tally = replay.replay(replay.load_runs(BENCHMARKS / "data" / "r69.json.gz"), BUSBW, 0.0,
+                          1.0)
+    assert (tally[0.0]["regressed"], tally[0.1]["regressed"], tally[0.2]["regressed"]) == (
+        0, 6, 10), tally
+
+
+@pytest.fixture(scope="module")
+def detectable(replay: ModuleType) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("detectable", BENCHMARKS / "detectable.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_what_a_save_can_tell_separates_the_kinds_as_their_runs_did(
+        detectable: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/detectable.py on the kept records: a matmul loop's saves (R44) tell a
+    change of 1-2%, and their blocks caught every 10% slowdown; a gloo all-reduce's saves
+    (R61, R69) tell 10-16%, more than the 10% tolerance in at least one block of each, and
+    their blocks caught 6/10 in each record (verdict_quality.md, R69)."""
+    def figures(name: str, metric: str) -> list[tuple[float, int, int]]:
+        out = []
+        for block in detectable.blocks(detectable.replay.load_runs(
+                BENCHMARKS / "data" / name), metric):
+            d = block["detectable"]
+            caught = block["tally"][0.1]
+            out.append((d.change, caught["regressed"], sum(caught.values())))
+        return out
+
+    loop = figures("r44.json.gz", METRIC)
+    assert len(loop) == 2 and all(c < 0.02 and got == of for c, got, of in loop), loop
+    for name in ("r61.json.gz", "r69.json.gz"):
+        bus = figures(name, BUSBW)
+        assert len(bus) == 2 and max(c for c, _, _ in bus) > 0.10, bus
+        assert all(0.08 < c < 0.2 for c, _, _ in bus), bus
+        assert sum(got for _, got, _ in bus) == 6 and sum(of for _, _, of in bus) == 10, bus
+    detectable.main([str(BENCHMARKS / "data" / "r44.json.gz")])
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and all("detectable   1." in line for line in printed), printed

@@ -18,6 +18,7 @@ import pytest
 import tomli_w
 
 from pytest_distperf import verdict as bl
+from pytest_distperf.verdict import rule
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -170,7 +171,8 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
 def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) -> None:
     """With no --distperf-save-measurements a save pools SAVE_CONTROL_WINDOWS (12)
     measurements of a metric with the control, twice the most a comparison takes; the
-    report and the baseline file say so."""
+    report and the baseline file say so.  The report gives the change a comparison can
+    tell, the figure the stored baseline gives (rule.detectable_change)."""
     pytester.makepyfile(test_quick="""
         import time
 
@@ -192,6 +194,19 @@ def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) 
     sizes = quick.get("measurements", [10])  # the quiet ones (the noise probe may drop some)
     assert set(sizes) == {10} and len(sizes) <= bl.SAVE_CONTROL_WINDOWS == 12
     assert len(quick["samples"]) == len(quick["control"]) == sum(sizes)
+    # the detail gives the change a comparison can tell, as the stored baseline says
+    stored = bl.load(pytester.path / "perf_baselines" / "test_quick.toml")
+    assert stored is not None
+    (env_id,) = data["tests"]["test_quick"]
+    found = (stored.metrics("test_quick", env_id) or {})["quick.time_s"]
+    d = rule.detectable_change(found)
+    assert d is not None and d.measurements == len(sizes)
+    told = re.search(r"quick\.time_s: .*its (\d+) measurements spread ([\d.]+)%: a comparison "
+                     r"tells a change of ([\d.]+)% or more 90% of the time", result.stdout.str())
+    assert told is not None, result.stdout.str()
+    assert int(told[1]) == d.measurements
+    assert float(told[2]) == pytest.approx(100 * d.spread, abs=0.051)
+    assert float(told[3]) == pytest.approx(100 * d.change, abs=0.051)
 
 
 BAD = {

@@ -36,6 +36,7 @@ from pytest_distperf.verdict.parts import by_parts
 from pytest_distperf.verdict.rule import (
     CONFIRM_PAUSES_S,
     CONTROL_PAUSE_S,
+    DETECTABLE_POWER,
     MAX_ROUNDS,
     NOISY_BACKOFF_S,
     SAVE_CONTROL_WINDOWS,
@@ -47,6 +48,7 @@ from pytest_distperf.verdict.rule import (
     carries_control,
     decide,
     decide_exact,
+    detectable_change,
     make_verdict,
     noise_reasons,
     pooled,
@@ -367,6 +369,8 @@ class Save(Judgement):
                 f"; NOT deterministic: {len(seen)} values in {count} measurements "
                 f"({', '.join(f'{v:g}' for v in seen)}); saved the first: raise "
                 "exact_tolerance or make the step deterministic"))
+        if new.control and metric.kind == MEASURED:
+            detail += detectable_detail(new, self.tolerance)
         if noisy:
             detail += (f"; saved from a noisy measurement ({', '.join(noisy)}): re-save on a "
                        "quieter machine")
@@ -391,6 +395,23 @@ class Save(Judgement):
         """What every metric stores (:meth:`_save_window`), for this environment."""
         return [SaveEntry(self.env, {name: self._to_store(name, self._save_window(name))
                                      for name in self.metrics})]
+
+
+def detectable_detail(base: StoredMetric, tolerance: float) -> str:
+    """What a save's detail says of the changes its comparisons can tell
+    (:func:`~.rule.detectable_change`), and, where that is more than the tolerance, what to
+    do about it; "" with fewer than 3 measurements."""
+    d = detectable_change(base)
+    if d is None:
+        return ""
+    text = (f"; its {d.measurements} measurements spread {d.spread:.1%}: a comparison tells "
+            f"a change of {d.change:.1%} or more {DETECTABLE_POWER:.0%} of the time (a "
+            "floor: what moves between runs adds to it)")
+    if d.change > tolerance:
+        text += (f"; more than the tolerance ({tolerance:.0%}): smaller changes will often "
+                 "go unseen here; widen this metric's tolerance, or save on a quieter "
+                 "runner")
+    return text
 
 
 def make_judgement(*, save: bool, measurements: Sequence[Measurement],

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -550,6 +551,53 @@ def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: boo
     limit = math.log1p(OUTLIER_FACTOR * tolerance)
     return [w for i, w in enumerate(windows)
             if not levels[i] - min(levels[:i] + levels[i + 1:]) > limit]
+
+
+#: The power at which a save states the smallest change its comparisons can tell
+#: (:func:`detectable_change`): a change that large is told this often.
+DETECTABLE_POWER = 0.9
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Detectable:
+    """What a baseline's own measurements say about the changes a comparison can tell."""
+
+    spread: float  # standard deviation of the measurements' adjusted 25% quantiles (log)
+    measurements: int  # the baseline's measurements it was taken over
+    change: float  # the smallest change told DETECTABLE_POWER of the time (relative)
+
+
+def detectable_change(base: StoredMetric) -> Detectable | None:
+    """The smallest change that a test of ``CONTROL_WINDOWS`` measurements against this
+    baseline's would tell, one-sided at ``ALPHA``, ``DETECTABLE_POWER`` of the time, with the
+    measurements as the units (each one figure, its adjusted 25% quantile, as
+    :attr:`Assessment.units_p_worse` counts them) and their spread taken from the
+    baseline's own measurements: exp((z(1 - ALPHA) + z(DETECTABLE_POWER)) x s x
+    sqrt(1 / CONTROL_WINDOWS + 1 / B)) - 1, with s the standard deviation of the B
+    measurements' figures.
+
+    A floor, not a promise: the save's measurements are seconds apart, and what moves
+    between a save and a compare run (the host's drift, another set of rank processes)
+    adds to it.  On this project's host it separates the kinds as the end-to-end figures
+    do (a matmul loop about 1.3%, a gloo all-reduce 11-21%:
+    benchmarks/verdict_quality.md, R69).  None without a control or with fewer than 3
+    measurements."""
+    times = _as_times(base, [])[0] if base.higher_is_better else base
+    if not (len(times.control) == len(times.samples) >= MIN_SAMPLES):
+        return None
+    points = control_points(times.parts())
+    if len(points) < 3:
+        return None
+    levels = adjusted_levels(points, control_slope(times, []), CONTROL_ESTIMATOR_QUANTILE)
+    if not all(math.isfinite(v) for v in levels):
+        return None
+    s = statistics.stdev(levels)
+    normal = statistics.NormalDist()
+    z = normal.inv_cdf(1.0 - ALPHA) + normal.inv_cdf(DETECTABLE_POWER)
+    log_change = z * s * math.sqrt(1.0 / CONTROL_WINDOWS + 1.0 / len(levels))
+    # in the metric's own terms: a time that much longer, a rate that much lower
+    change = -math.expm1(-log_change) if base.higher_is_better else math.expm1(log_change)
+    return Detectable(s, len(levels), change)
 
 
 def decide_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float, *,
