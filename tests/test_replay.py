@@ -202,9 +202,9 @@ def detectable(replay: ModuleType) -> ModuleType:
 def test_what_a_save_can_tell_separates_the_kinds_as_their_runs_did(
         detectable: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     """benchmarks/detectable.py on the kept records: a matmul loop's saves (R44) tell a
-    change of 1-2%, and their blocks caught every 10% slowdown; a gloo all-reduce's saves
-    (R61, R69) tell 10-16%, more than the 10% tolerance in at least one block of each, and
-    their blocks caught 6/10 in each record (verdict_quality.md, R69)."""
+    change of 0.6% and 1.1%, and their blocks caught every 10% slowdown; a gloo
+    all-reduce's saves (R61, R69) tell 8-15%, more than the 10% tolerance in one block of
+    each, and their blocks caught 6/10 in each record (verdict_quality.md, R69)."""
     def figures(name: str, metric: str) -> list[tuple[float, int, int]]:
         out = []
         for block in detectable.blocks(detectable.replay.load_runs(
@@ -219,8 +219,8 @@ def test_what_a_save_can_tell_separates_the_kinds_as_their_runs_did(
     for name in ("r61.json.gz", "r69.json.gz"):
         bus = figures(name, BUSBW)
         assert len(bus) == 2 and max(c for c, _, _ in bus) > 0.10, bus
-        assert all(0.08 < c < 0.2 for c, _, _ in bus), bus
+        assert all(0.08 < c < 0.16 for c, _, _ in bus), bus
         assert sum(got for _, got, _ in bus) == 6 and sum(of for _, _, of in bus) == 10, bus
     detectable.main([str(BENCHMARKS / "data" / "r44.json.gz")])
     printed = capsys.readouterr().out.splitlines()
-    assert len(printed) == 2 and all("detectable   1." in line for line in printed), printed
+    assert [line.split("detectable")[1][:8] for line in printed] == ["   0.6%;", "   1.1%;"]

@@ -405,8 +405,8 @@ def detectable_detail(base: StoredMetric, tolerance: float) -> str:
     if d is None:
         return ""
     text = (f"; its {d.measurements} measurements spread {d.spread:.1%}: a comparison tells "
-            f"a change of {d.change:.1%} or more {DETECTABLE_POWER:.0%} of the time (a "
-            "floor: what moves between runs adds to it)")
+            f"a change of {d.change:.1%} or more {DETECTABLE_POWER:.0%} of the time (from the "
+            "save alone: what moves between runs adds to it)")
     if d.change > tolerance:
         text += (f"; more than the tolerance ({tolerance:.0%}): smaller changes will often "
                  "go unseen here; widen this metric's tolerance, or save on a quieter "

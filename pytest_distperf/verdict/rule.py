@@ -553,6 +553,9 @@ def without_outliers(windows: Sequence[Window], tolerance: float, *, slower: boo
             if not levels[i] - min(levels[:i] + levels[i + 1:]) > limit]
 
 
+#: The median absolute deviation of normal figures times this (1.4826) is their standard
+#: deviation.
+MAD_TO_SD = 1.0 / statistics.NormalDist().inv_cdf(0.75)
 #: The power at which a save states the smallest change its comparisons can tell
 #: (:func:`detectable_change`): a change that large is told this often.
 DETECTABLE_POWER = 0.9
@@ -562,7 +565,7 @@ DETECTABLE_POWER = 0.9
 class Detectable:
     """What a baseline's own measurements say about the changes a comparison can tell."""
 
-    spread: float  # standard deviation of the measurements' adjusted 25% quantiles (log)
+    spread: float  # of the measurements' adjusted 25% quantiles (logs; MAD as a std. dev.)
     measurements: int  # the baseline's measurements it was taken over
     change: float  # the smallest change told DETECTABLE_POWER of the time (relative)
 
@@ -573,15 +576,19 @@ def detectable_change(base: StoredMetric) -> Detectable | None:
     measurements as the units (each one figure, its adjusted 25% quantile, as
     :attr:`Assessment.units_p_worse` counts them) and their spread taken from the
     baseline's own measurements: exp((z(1 - ALPHA) + z(DETECTABLE_POWER)) x s x
-    sqrt(1 / CONTROL_WINDOWS + 1 / B)) - 1, with s the standard deviation of the B
-    measurements' figures.
+    sqrt(1 / CONTROL_WINDOWS + 1 / B)) - 1, with s the spread of the B measurements'
+    figures: their median absolute deviation as a standard deviation (``MAD_TO_SD``), since
+    a save in a drift of the host has a few measurements far off, which the rule's pooled
+    quantiles and rank tests shrug off and a standard deviation would not (R70 in
+    benchmarks/ddp_verdicts.md: 6.2% as a standard deviation, 4.2% so).
 
-    A floor, not a promise: the save's measurements are seconds apart, and what moves
-    between a save and a compare run (the host's drift, another set of rank processes)
-    adds to it.  On this project's host it separates the kinds as the end-to-end figures
-    do (a matmul loop about 1.3%, a gloo all-reduce 11-21%:
-    benchmarks/verdict_quality.md, R69).  None without a control or with fewer than 3
-    measurements."""
+    An estimate from the save alone, neither a floor nor a promise: what moves between a
+    save and a compare run (the host's drift, another set of rank processes) adds to it,
+    and the rule, which pools the samples, tells somewhat more than a test of measurements
+    in some blocks.  On this project's host it separates the kinds as their end-to-end runs
+    did (a matmul loop's saves 0.6-1.5%, a DDP step's 2.6-7.9%, a gloo all-reduce's
+    9-30%: benchmarks/verdict_quality.md, R69).  A rate's is a drop of the rate.  None
+    without a control or with fewer than 3 measurements."""
     times = _as_times(base, [])[0] if base.higher_is_better else base
     if not (len(times.control) == len(times.samples) >= MIN_SAMPLES):
         return None
@@ -591,7 +598,8 @@ def detectable_change(base: StoredMetric) -> Detectable | None:
     levels = adjusted_levels(points, control_slope(times, []), CONTROL_ESTIMATOR_QUANTILE)
     if not all(math.isfinite(v) for v in levels):
         return None
-    s = statistics.stdev(levels)
+    centre = statistics.median(levels)
+    s = MAD_TO_SD * statistics.median(abs(v - centre) for v in levels)
     normal = statistics.NormalDist()
     z = normal.inv_cdf(1.0 - ALPHA) + normal.inv_cdf(DETECTABLE_POWER)
     log_change = z * s * math.sqrt(1.0 / CONTROL_WINDOWS + 1.0 / len(levels))
