@@ -313,9 +313,10 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
             "timing": timing,
             "explanation": first["explanation"] if first else "",
             "step_explanation": verdicts.get("step_time_s", {}).get("explanation", ""),
-            "comm_overhead": {k: verdicts.get("comm_overhead", {}).get(k)
-                              for k in ("verdict", "change", "windows", "explanation",
-                                        "baseline", "current", "detail")}}
+            **{name: {k: verdicts.get(name, {}).get(k)
+                      for k in ("verdict", "change", "windows", "explanation", "baseline",
+                                "current", "detail")}
+               for name in ("comm_overhead", "imbalance")}}
 
 
 def main(argv: list[str] | None = None) -> None:

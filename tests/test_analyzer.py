@@ -463,6 +463,25 @@ def test_step_metrics_names_units_thresholds_and_breach_text() -> None:
     assert named[0] == "resnet.step_time_s"
 
 
+def test_imbalance_is_informational_against_its_baseline_on_cpu_ranks() -> None:
+    """Where the step carries the host-speed control (CPU ranks), ``imbalance`` is compared
+    with its baseline for information only: the host unbalances ranks sharing a few cores
+    from one run to the next by as much as the change it would be judged by (R70, R71).
+    Its threshold still applies; without the control (GPUs, ``control=False``) it is
+    judged as before."""
+    t = analyze_steps([rank_step(0, 0.082, 0.020, comm_time=0.06),
+                       rank_step(1, 0.082, 0.080, comm_time=0.002)])
+    plain = {m.name: m for m in step_metrics(t)}
+    assert plain["imbalance"].kind == ""
+    steps = t.samples["step_s"]
+    cpu = dataclasses.replace(t, samples={**t.samples, "control_s": (0.0025,) * len(steps)})
+    metrics = {m.name: m for m in step_metrics(cpu)}
+    assert metrics["imbalance"].kind == "informational"
+    assert metrics["step_time_s"].control and metrics["step_time_s"].kind == ""
+    (breach,) = check_thresholds(metrics.values(), resolve_thresholds())
+    assert breach.metric == "imbalance"
+
+
 def test_imbalance_pairs_the_ranks_step_by_step() -> None:
     """The host flips speed between steps and both ranks flip with it (10 ms fast, 20 ms
     slow), rank 0 in 6 fast steps of 20, rank 1 in 4: each rank's own 25% quantile says
