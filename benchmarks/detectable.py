@@ -1,12 +1,12 @@
 """What a save's own measurements say the gate can tell, against what it told.
 
 For every save in recordings of ``verdict_quality.py --json`` or ``ddp_verdicts.py --json``
-(benchmarks/data/), the baseline as stored: the spread of its measurements (the standard
-deviation of each one's adjusted 25% quantile, in log terms) and the smallest change that a
-test of six measurements against them would tell nine times in ten
-(``pytest_distperf.verdict.rule.detectable_change``, which a save reports in its detail),
-beside what the block's compare runs did: false alarms among the clean runs and the
-slowdowns caught.
+(benchmarks/data/), the baseline as stored: the spread of its measurements (the median
+absolute deviation of each one's adjusted 25% quantile, in logs, read as a standard
+deviation) and the smallest change that a test of six measurements against them would tell
+nine times in ten (``pytest_distperf.verdict.rule.detectable_change``, which a save reports
+in its detail), beside what the block's compare runs did: false alarms among the clean runs
+and the slowdowns caught.
 
     python benchmarks/detectable.py benchmarks/data/r44.json.gz benchmarks/data/r69.json.gz
     python benchmarks/detectable.py benchmarks/data/r59.json.gz --metric step_time_s

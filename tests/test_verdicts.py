@@ -172,7 +172,8 @@ def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) 
     """With no --distperf-save-measurements a save pools SAVE_CONTROL_WINDOWS (12)
     measurements of a metric with the control, twice the most a comparison takes; the
     report and the baseline file say so.  The report gives the change a comparison can
-    tell, the figure the stored baseline gives (rule.detectable_change)."""
+    tell, the figure the stored baseline gives (rule.detectable_change), where the noise
+    probe left 3 quiet measurements or more to tell a spread by."""
     pytester.makepyfile(test_quick="""
         import time
 
@@ -200,9 +201,12 @@ def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) 
     (env_id,) = data["tests"]["test_quick"]
     found = (stored.metrics("test_quick", env_id) or {})["quick.time_s"]
     d = rule.detectable_change(found)
-    assert d is not None and d.measurements == len(sizes)
     told = re.search(r"quick\.time_s: .*its (\d+) measurements spread ([\d.]+)%: a comparison "
                      r"tells a change of ([\d.]+)% or more 90% of the time", result.stdout.str())
+    if len(sizes) < 3:  # the noise probe left too few quiet measurements to tell a spread
+        assert d is None and told is None, result.stdout.str()
+        return
+    assert d is not None and d.measurements == len(sizes)
     assert told is not None, result.stdout.str()
     assert int(told[1]) == d.measurements
     assert float(told[2]) == pytest.approx(100 * d.spread, abs=0.051)

@@ -409,8 +409,8 @@ def detectable_detail(base: StoredMetric, tolerance: float) -> str:
             "save alone: what moves between runs adds to it)")
     if d.change > tolerance:
         text += (f"; more than the tolerance ({tolerance:.0%}): smaller changes will often "
-                 "go unseen here; widen this metric's tolerance, or save on a quieter "
-                 "runner")
+                 "go unseen here; widen the test's tolerance "
+                 "(`@pytest.mark.distperf(tolerance=...)`), or save on a quieter runner")
     return text
 
 
