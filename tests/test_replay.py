@@ -192,6 +192,7 @@ def test_a_bench_block_with_saves_of_twelve_is_judged_again_as_it_was(
 
 @pytest.fixture(scope="module")
 def detectable(replay: ModuleType) -> ModuleType:
+    # ``replay`` first: benchmarks/detectable.py imports it, from sys.modules
     spec = importlib.util.spec_from_file_location("detectable", BENCHMARKS / "detectable.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -369,7 +369,7 @@ class Save(Judgement):
                 f"; NOT deterministic: {len(seen)} values in {count} measurements "
                 f"({', '.join(f'{v:g}' for v in seen)}); saved the first: raise "
                 "exact_tolerance or make the step deterministic"))
-        if new.control and metric.kind == MEASURED:
+        if metric.kind == MEASURED:  # "" without the control or 3 measurements
             detail += detectable_detail(new, self.tolerance)
         if noisy:
             detail += (f"; saved from a noisy measurement ({', '.join(noisy)}): re-save on a "
