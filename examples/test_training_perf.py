@@ -72,8 +72,11 @@ def test_ddp_training_step(ddp_step_timer):
 
 def build() -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]:
     """Run once on every rank, outside the profile (DDP's parameter broadcast included)."""
-    model = nn.parallel.DistributedDataParallel(make_model())
-    return model, torch.optim.SGD(model.parameters(), lr=0.01), make_batch(dist.get_rank())
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    model = nn.parallel.DistributedDataParallel(make_model().to(device))
+    batch = make_batch(dist.get_rank()).to(device)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01), batch
 
 
 def train_step(state: tuple[nn.Module, torch.optim.Optimizer, torch.Tensor]) -> None:
