@@ -127,9 +127,10 @@ def all_reduce_loop(count: int, warmup: int, iters: int) -> list[float]:
     return out
 
 
-def bare_steps(spec: Any) -> list[float]:
+def bare_steps(spec: Any, synced: bool = False) -> list[float]:
     """``spec``'s step (same model, wrapper, batch, optimizer, loss) in a plain loop: one
-    barrier, then back-to-back steps with a CUDA event (perf_counter on CPU) between them."""
+    barrier, then back-to-back steps with a CUDA event (perf_counter on CPU) between them;
+    ``synced``: each step from a barrier and an idle device, as the step timer starts one."""
     import itertools
 
     import torch.distributed as dist
@@ -141,12 +142,23 @@ def bare_steps(spec: Any) -> list[float]:
         built.train_step()
     built.clock.synchronize()
     dist.barrier()
-    marks = [built.clock.now()]
-    for _ in range(spec.steps):
-        built.train_step()
-        marks.append(built.clock.now())
-    built.clock.synchronize()
-    times = [built.clock.seconds(a, b) for a, b in itertools.pairwise(marks)]
+    times = []
+    if synced:
+        for _ in range(spec.steps):
+            dist.barrier()
+            built.clock.synchronize()
+            start = built.clock.now()
+            built.train_step()
+            end = built.clock.now()
+            built.clock.synchronize()
+            times.append(built.clock.seconds(start, end))
+    else:
+        marks = [built.clock.now()]
+        for _ in range(spec.steps):
+            built.train_step()
+            marks.append(built.clock.now())
+        built.clock.synchronize()
+        times = [built.clock.seconds(a, b) for a, b in itertools.pairwise(marks)]
     del built
     import gc
 
@@ -213,20 +225,23 @@ def check_steps(group: Any, model: tuple[Callable, Callable], rounds: int,
     model_fn, batch_fn = model
     rows = []
     for wrapper in ("ddp", "fsdp"):
-        ours: list[float] = []
-        bare: list[float] = []
+        kinds = ("ours", "bare", "bare_synced") + (("ours_nohook",) if wrapper == "ddp" else ())
+        got: dict[str, list[float]] = {k: [] for k in kinds}
         timing = None
         spec = StepSpec(model_fn, batch_fn, steps=steps, warmup=3, loss_fn=mean_loss,
                         wrapper=wrapper)
         for r in range(rounds):
-            for kind in (("ours", "bare") if r % 2 == 0 else ("bare", "ours")):
-                if kind == "ours":
+            for kind in (kinds if r % 2 == 0 else kinds[::-1]):
+                if kind.startswith("ours"):
                     timing = timer(model_fn, batch_fn, steps=steps, warmup=3,
-                                   loss_fn=mean_loss, wrapper=wrapper)
-                    ours += list(timing.samples["step_s"])
+                                   loss_fn=mean_loss, wrapper=wrapper,
+                                   comm_timing=kind == "ours")
+                    got[kind] += list(timing.samples["step_s"])
                 else:
-                    bare += slowest(group.run(bare_steps, spec))
+                    got[kind] += slowest(group.run(bare_steps, spec, kind == "bare_synced"))
         assert timing is not None
+        ours, bare = got["ours"], got["bare"]
+        medians_ms = {k: round(statistics.median(v) * 1e3, 3) for k, v in got.items()}
         counts = {f"{c.op}": (c.calls, c.bytes) for c in timing.comm_counts}
         row = {"wrapper": wrapper, "step_ms": statistics.median(ours) * 1e3,
                "bare_ms": statistics.median(bare) * 1e3,
@@ -237,7 +252,8 @@ def check_steps(group: Any, model: tuple[Callable, Callable], rounds: int,
                "flops_per_step": timing.flops_per_step,
                "achieved_tflops": timing.achieved_flops / 1e12, "mfu": timing.mfu,
                "peak_tflops": timing.peak_flops / 1e12, "counts": counts,
-               "buckets": timing.samples.get("buckets")}
+               "buckets": timing.samples.get("buckets"), "medians_ms": medians_ms}
+        print(f"  {wrapper}: medians {medians_ms}", flush=True)
         print(f"  {wrapper}: step {row['step_ms']:.3f} ms (bare loop {row['bare_ms']:.3f} ms, "
               f"ratio {row['ratio']:.3f}); compute {row['compute_ms']:.3f} ms; comm_overhead "
               f"{row['comm_overhead']:.3f}; peak memory {row['peak_memory_gib']:.2f} GiB; "
@@ -294,8 +310,61 @@ def check_profile(group: Any, model: tuple[Callable, Callable], out: Path) -> di
     print(f"  comm source {row['comm_source']}; record_param_comms events "
           f"{row['record_param_comms']}; overlap {report.overlap:.3f}; comm_overhead "
           f"{report.comm_overhead:.3f}; collectives {row['collectives']}", flush=True)
+    rank0 = json.loads((rank_trace_dir(path) / "rank0.trace.json").read_bytes())
+    row["device_busy"] = device_busy(rank0["traceEvents"])
+    print(f"  device busy per profiled step: {row['device_busy']}", flush=True)
     row["hta"] = hta_overlap(rank_trace_dir(path))
+    row["launch"] = check_launch_bound(group, Path("/tmp/gpu-check-launch"))
     return row
+
+
+def device_busy(events: list[dict]) -> list[float]:
+    """Per ProfilerStep span (CPU side), the share of it some kernel, copy or memset ran."""
+    work = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    shares = []
+    for step in events:
+        if step.get("cat") != "user_annotation" or not step.get("name", "").startswith(
+                "ProfilerStep"):
+            continue
+        a, b = step["ts"], step["ts"] + step["dur"]
+        busy, end = 0.0, a
+        for start, stop in work:
+            lo, hi = max(start, end), min(stop, b)
+            if hi > lo:
+                busy += hi - lo
+                end = hi
+        shares.append(round(busy / step["dur"], 3) if step["dur"] else 0.0)
+    return shares
+
+
+def mlp() -> Any:
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(),
+                               torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                               torch.nn.Linear(1024, 256))
+
+
+def check_launch_bound(group: Any, out: Path) -> dict:
+    """The examples' MLP step profiled at a CPU-sized and a GPU-sized batch: how much of
+    each step the device is busy (a launch-bound step times the host, not the device)."""
+    from pytest_distperf.profiler import DistProfiler, rank_trace_dir
+
+    got = {}
+    for rows in (256, 65536):
+        def batch(rank: int, rows: int = rows) -> Any:
+            import torch
+
+            return torch.randn(rows, 256)
+
+        prof = DistProfiler(group, trace_dir=out, nodeid=f"launch{rows}")
+        prof.warmup = 2
+        report = prof(train_step, setup=build_ddp_state(mlp, batch), steps=5)
+        path = rank_trace_dir(Path(report.trace_path)) / "rank0.trace.json"
+        got[rows] = device_busy(json.loads(path.read_bytes())["traceEvents"])
+        print(f"  MLP step, batch {rows}: device busy per step {got[rows]}", flush=True)
+    return got
 
 
 def hta_overlap(folder: Path) -> dict:

@@ -24,5 +24,6 @@ run() { timeout 100 python3 -m pytest $PLUGIN -p no:cacheprovider \
     echo "== examples, saved"; run examples/ -q --distperf-save
     echo "== examples, compared"; run examples/ -rA --distperf-json "$OUT/examples.json" \
         --distperf-markdown "$OUT/examples.md"
+    echo "== examples, compared again"; run examples/ -q
     echo "== the health-check suite"; run --pyargs pytest_distperf.suite -q
 } 2>&1 | tee "$OUT/pytest.log"

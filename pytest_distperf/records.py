@@ -477,11 +477,13 @@ class CollectiveResult:
                        f"{', '.join(row.label for row in self.rows)}")
 
     def metrics(self) -> list[Metric]:
-        """``<op>.<size>.busbw_gbps`` per size (higher is better); ``barrier.time_us``."""
+        """``<op>.<size>.busbw_gbps`` per size (higher is better); ``barrier.time_us``; and
+        ``<op>.<size>.time_us`` where busbw is 0 by definition (all_reduce on one rank)."""
         out: list[Metric] = []
         for row in self.rows:
-            if self.op == "barrier":
-                out.append(Metric("barrier.time_us", row.time_us, "us", False, row.samples_us,
+            if self.op == "barrier" or not self.bus_factor > 0:
+                name = "barrier" if self.op == "barrier" else f"{self.op}.{row.label}"
+                out.append(Metric(f"{name}.time_us", row.time_us, "us", False, row.samples_us,
                                   world_size=self.world_size, control=row.control_s,
                                   memory_control=row.memory_control_s))
                 continue

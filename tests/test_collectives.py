@@ -179,6 +179,18 @@ def test_metric_names_and_directions() -> None:
     assert metric.value == pytest.approx(20.0)
 
 
+def test_one_rank_records_time_where_busbw_is_zero_by_definition() -> None:
+    spec = _spec("all_reduce", 1, (4096,))
+    result = build_result(spec, [[SizeOutcome((1e-5, 3e-5), 0, "")]], backend="nccl",
+                          device_type="cuda")
+    assert result.rows[0].busbw_gbps == 0.0 and result.rows[0].algbw_gbps > 0
+    (metric,) = result.metrics()
+    assert (metric.name, metric.unit, metric.higher_is_better) == (
+        "all_reduce.16384B.time_us", "us", False)
+    assert metric.value == pytest.approx(20.0)
+    assert metric.samples == pytest.approx((10.0, 30.0))
+
+
 # -- the pair matrix ------------------------------------------------------------------------
 def _matrix(n: int, slow: dict[tuple[int, int], float]) -> PairMatrix:
     rows = []

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -115,6 +116,8 @@ def main(
     os.dup2(log_fd, 2)
     os.close(log_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the controller's to handle
+    # every profile a rank runs is one cycle: torch's warning about cycles is noise here
+    warnings.filterwarnings("ignore", message="Warning: Profiler clears events")
     stacks = open(stack_file, "w")  # noqa: SIM115 - stays open for faulthandler
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     cores_here = len(host_cores())
