@@ -225,7 +225,7 @@ def check_steps(group: Any, model: tuple[Callable, Callable], rounds: int,
     model_fn, batch_fn = model
     rows = []
     for wrapper in ("ddp", "fsdp"):
-        kinds = ("ours", "bare", "bare_synced") + (("ours_nohook",) if wrapper == "ddp" else ())
+        kinds = ("ours", "bare", "bare_again") + (("ours_hook",) if wrapper == "ddp" else ())
         got: dict[str, list[float]] = {k: [] for k in kinds}
         timing = None
         spec = StepSpec(model_fn, batch_fn, steps=steps, warmup=3, loss_fn=mean_loss,
@@ -233,12 +233,12 @@ def check_steps(group: Any, model: tuple[Callable, Callable], rounds: int,
         for r in range(rounds):
             for kind in (kinds if r % 2 == 0 else kinds[::-1]):
                 if kind.startswith("ours"):
-                    timing = timer(model_fn, batch_fn, steps=steps, warmup=3,
-                                   loss_fn=mean_loss, wrapper=wrapper,
-                                   comm_timing=kind == "ours")
-                    got[kind] += list(timing.samples["step_s"])
+                    this = timer(model_fn, batch_fn, steps=steps, warmup=3, loss_fn=mean_loss,
+                                 wrapper=wrapper, comm_timing=True if kind == "ours_hook" else None)
+                    got[kind] += list(this.samples["step_s"])
+                    timing = this if kind == "ours" else timing
                 else:
-                    got[kind] += slowest(group.run(bare_steps, spec, kind == "bare_synced"))
+                    got[kind] += slowest(group.run(bare_steps, spec))
         assert timing is not None
         ours, bare = got["ours"], got["bare"]
         medians_ms = {k: round(statistics.median(v) * 1e3, 3) for k, v in got.items()}
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = "nccl" if gpus else "gloo"
     ranks = args.ranks or gpus or 2
     model = (gpt_small, tokens_small) if args.quick or not gpus else (gpt, tokens)
-    rounds = 2 if args.quick else 6
+    rounds = 2 if args.quick else 8
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "ranks": ranks, "backend": backend, "nvidia_smi": nvidia_smi()}

@@ -478,14 +478,16 @@ class CollectiveResult:
 
     def metrics(self) -> list[Metric]:
         """``<op>.<size>.busbw_gbps`` per size (higher is better); ``barrier.time_us``; and
-        ``<op>.<size>.time_us`` where busbw is 0 by definition (all_reduce on one rank)."""
+        ``<op>.<size>.time_us`` where busbw is 0 by definition (all_reduce on one rank),
+        informational: such a call moves no data, its time is the launch's."""
         out: list[Metric] = []
         for row in self.rows:
             if self.op == "barrier" or not self.bus_factor > 0:
                 name = "barrier" if self.op == "barrier" else f"{self.op}.{row.label}"
+                kind = MEASURED if self.op == "barrier" else INFORMATIONAL
                 out.append(Metric(f"{name}.time_us", row.time_us, "us", False, row.samples_us,
                                   world_size=self.world_size, control=row.control_s,
-                                  memory_control=row.memory_control_s))
+                                  kind=kind, memory_control=row.memory_control_s))
                 continue
             samples = tuple(gbps(row.size_bytes, t) * self.bus_factor for t in row.samples_us)
             out.append(Metric(f"{self.op}.{row.label}.busbw_gbps", row.busbw_gbps, "GB/s", True,

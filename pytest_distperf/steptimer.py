@@ -67,12 +67,13 @@ class DDPStepTimer:
     ``optimizer_fn(parameters)`` or SGD.  ``wrapper_kwargs`` go to the wrapper (DDP:
     ``bucket_cap_mb``, ``find_unused_parameters``, ``static_graph``, ...; FSDP2:
     ``fully_shard``'s keywords); ``comm_hook=hook`` or ``(state, hook)`` registers a DDP
-    comm hook (the timing hook calls it for every bucket); ``comm_timing=False`` leaves
-    DDP's own all-reduce (or ``comm_hook``) in place untimed (no per-bucket figures, no
-    overlap); ``count_collectives=False`` skips the extra profiled step that counts the
-    collectives (no ``comm.*`` metrics); ``control=False`` leaves out the host-speed control
-    after every synchronised step on CPU ranks (``step_time_s`` is then judged by the plain
-    rule).
+    comm hook (the timing hook calls it for every bucket); ``comm_timing`` times DDP's
+    buckets with that Python hook (default: on CPU ranks only, since on a GPU its callbacks
+    slow the step; False leaves DDP's own all-reduce, or ``comm_hook``, untimed: no
+    per-bucket figures, no overlap); ``count_collectives=False`` skips the extra profiled
+    step that counts the collectives (no ``comm.*`` metrics); ``control=False`` leaves out
+    the host-speed control after every synchronised step on CPU ranks (``step_time_s`` is
+    then judged by the plain rule).
     """
 
     def __init__(self, group: DistGroup, limits: Mapping[str, float] | None = None) -> None:
@@ -98,7 +99,7 @@ class DDPStepTimer:
         steps: int = 20, warmup: int = 3, world_size: int | None = None,
         loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
         optimizer_fn: Callable[[Any], Any] | None = None,
-        wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
+        wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool | None = None,
         comm_hook: Any = None, count_collectives: bool = True, fsdp_policy: Any = None,
         control: bool = True, name: str = "", peak_tflops: float | None = None,
     ) -> StepTiming:
@@ -130,7 +131,7 @@ class DDPStepTimer:
         world_sizes: Iterable[int] = (1, 2, 4), mode: str = "weak", steps: int = 20,
         warmup: int = 3, loss_fn: Callable[[Any], Any] | None = None, wrapper: str = "ddp",
         optimizer_fn: Callable[[Any], Any] | None = None,
-        wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool = True,
+        wrapper_kwargs: Mapping[str, Any] | None = None, comm_timing: bool | None = None,
         comm_hook: Any = None, fsdp_policy: Any = None, name: str = "",
     ) -> ScalingResult:
         """Time the step on the first N ranks for every N in ``world_sizes``.
@@ -218,7 +219,8 @@ def _world_sizes(world_sizes: Iterable[int]) -> list[int]:
 
 def _spec(model_fn: Any, batch_fn: Any, steps: int, warmup: int, loss_fn: Any, wrapper: str,
           optimizer_fn: Any, wrapper_kwargs: Mapping[str, Any] | None,
-          comm_timing: bool, comm_hook: Any = None, fsdp_policy: Any = None) -> StepSpec:
+          comm_timing: bool | None, comm_hook: Any = None,
+          fsdp_policy: Any = None) -> StepSpec:
     for label, fn in (("model_fn", model_fn), ("batch_fn", batch_fn)):
         if not callable(fn):
             raise TypeError(f"ddp_step_timer: {label} must be callable, got {fn!r}")

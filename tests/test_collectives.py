@@ -19,6 +19,7 @@ import pytest
 from pytest_distperf import collectives, report
 from pytest_distperf.collectives import OPS, build_result, plan
 from pytest_distperf.records import (
+    INFORMATIONAL,
     BenchSpec,
     Measurement,
     PairMatrix,
@@ -189,6 +190,7 @@ def test_one_rank_records_time_where_busbw_is_zero_by_definition() -> None:
         "all_reduce.16384B.time_us", "us", False)
     assert metric.value == pytest.approx(20.0)
     assert metric.samples == pytest.approx((10.0, 30.0))
+    assert metric.kind == INFORMATIONAL  # no data moves: the launch's time, never a failure
 
 
 # -- the pair matrix ------------------------------------------------------------------------

@@ -45,7 +45,9 @@ class StepSpec:
     optimizer_fn: Callable[[Any], Any] | None = None
     wrapper_kwargs: dict[str, Any] | None = None
     split_batch: bool = False  # strong scaling: keep this rank's share of batch_fn's batch
-    comm_timing: bool = True  # time DDP's gradient buckets with a comm hook
+    #: time DDP's gradient buckets with a Python comm hook; None: on CPU ranks only (on a GPU
+    #: its per-bucket callbacks slow the step by more than the timer's 5% budget)
+    comm_timing: bool | None = None
     #: the user's DDP comm hook, as (state, hook); the timing hook calls it for every bucket
     comm_hook: tuple[Any, Callable[[Any, Any], Any]] | None = None
     count_collectives: bool = True  # one more step under torch.profiler, counting collectives
@@ -154,7 +156,8 @@ def build(spec: StepSpec) -> Built:
     wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {},
                              spec.fsdp_policy)
     timer: _BucketTimer | None = None
-    if spec.wrapper == "ddp" and spec.comm_timing:
+    timed = spec.comm_timing if spec.comm_timing is not None else not clock.on_cuda
+    if spec.wrapper == "ddp" and timed:
         hook = _BucketTimer(clock, wrapped.process_group, spec.comm_hook)
         timer = hook
         # DDP checks a hook's annotations against the real classes; a lambda has none.
