@@ -458,8 +458,9 @@ class CollectiveResult:
     link: str = ""  # e.g. "NVLink 4"
 
     def peak_fraction(self, row: CollectiveRow) -> float | None:
-        """``row``'s busbw as a fraction of the link's peak (None where it is not known)."""
-        if not self.link_peak_gbps > 0 or self.op == "barrier":
+        """``row``'s busbw as a fraction of the link's peak (None where it is not known, or
+        where no data crosses a link: one rank)."""
+        if not self.link_peak_gbps > 0 or self.op == "barrier" or not self.bus_factor > 0:
             return None
         return row.busbw_gbps / self.link_peak_gbps
 

@@ -471,3 +471,8 @@ def test_busbw_as_a_fraction_of_the_links_peak() -> None:
     (line,) = [x for x in collective_table(result) if x.startswith("# Link peak")]
     assert line == (f"# Link peak            : 450 GB/s (NVLink 4); best busbw "
                     f"{best.busbw_gbps / 450:.0%} of it ({best.label})")
+    one = build_result(_spec("all_reduce", 1, (1 << 20,)), [[SizeOutcome((1e-5,), 0, "")]],
+                       backend="nccl", device_type="cuda")
+    one = dataclasses.replace(one, link_peak_gbps=450.0, link="NVLink 4")
+    assert one.peak_fraction(one.rows[0]) is None  # one rank: no data crosses a link
+    assert not any("Link peak" in line for line in collective_table(one))
