@@ -23,6 +23,7 @@ from pytest_distperf.findings import (
     MIN_BATCH_SHARE,
     balance_bottlenecks,
     communication_bottlenecks,
+    launch_bottlenecks,
     memory_bottlenecks,
     node_bottlenecks,
     recommendations,
@@ -231,7 +232,8 @@ def batch_shares(throughput: Sequence[float | None],
 # -- the step timer ------------------------------------------------------------------------
 def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
                   limits: Mapping[str, float] | None = None,
-                  comm_counts: Sequence[CommCount] = ()) -> StepTiming:
+                  comm_counts: Sequence[CommCount] = (),
+                  device_busy_s: Sequence[float] = ()) -> StepTiming:
     """Everything ``ddp_step_timer`` reports, from the ranks' raw samples.
 
     * step time: median over steps of the slowest rank's synchronised step;
@@ -245,7 +247,9 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
       1 - exposed / total;
     * ``comm_counts``: the collectives of one step, counted from its trace
       (:func:`pytest_distperf.traces.census.census`), kept as they are; buckets: the most
-      gradient buckets any rank's comm hook saw in a step.
+      gradient buckets any rank's comm hook saw in a step;
+    * ``device_busy_s``: per rank, the seconds its GPU ran kernels in that counted step; the
+      device's busy share is their median over the step time (``launch_bound`` below half).
     """
     if not per_rank:
         raise ValueError("analyze_steps: no per-rank records to analyse")
@@ -282,9 +286,12 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
             memory_capacity_bytes=r.memory_capacity_bytes,
             straggler=r.rank in balance.stragglers, phases=_rank_phases(r))
         for i, r in enumerate(ranks)]
+    busy = median(device_busy_s)
+    device_busy = _clamp01(busy / step_time) if busy is not None and step_time > 0 else None
     bottlenecks = (communication_bottlenecks(comm_overhead, step_time, comm_time, overlap, lim)
                    + balance_bottlenecks(balance, shares, lim)
-                   + memory_bottlenecks(per_rank_timing))
+                   + memory_bottlenecks(per_rank_timing)
+                   + launch_bottlenecks(device_busy, step_time))
     return StepTiming(
         world_size=len(ranks), wrapper=wrapper, steps=len(steps_s), step_time_s=step_time,
         compute_time_s=compute_time, comm_overhead=comm_overhead,
@@ -297,7 +304,8 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
         load_balance=balance, samples=_step_samples(ranks, steps_s, no_sync_s, total_batch),
         raw=list(by_rank.values()), comm_counts=tuple(comm_counts),
         buckets=max((r.buckets for r in ranks if r.buckets is not None), default=None),
-        flops_per_step=sum(r.flops for r in ranks) if all(r.flops for r in ranks) else 0)
+        flops_per_step=sum(r.flops for r in ranks) if all(r.flops for r in ranks) else 0,
+        device_busy=device_busy)
 
 
 def _exposed_share(steps_s: Sequence[float], no_sync_s: Sequence[float]) -> float:

@@ -39,9 +39,11 @@ SMALL_MESSAGE_CALLS = 16
 SMALL_MESSAGE_BYTES = 64 * 1024
 #: ... taking at least this share of the communication time.
 SMALL_MESSAGE_SHARE = 0.2
+#: A GPU busy less than this share of a step leaves the step's time to the host.
+MIN_DEVICE_BUSY = 0.5
 #: Bottleneck kinds, in the order findings are recommended at equal severity.
 KINDS = ("desync", "communication", "low_overlap", "imbalance", "straggler", "memory",
-         "small_messages", "low_scaling", "slow_node", "slow_link")
+         "launch_bound", "small_messages", "low_scaling", "slow_node", "slow_link")
 
 GENERIC_SUGGESTIONS: dict[str, str] = {
     "communication": (
@@ -65,6 +67,11 @@ GENERIC_SUGGESTIONS: dict[str, str] = {
     "memory": (
         "lower the peak: activation checkpointing, a smaller per-rank batch, mixed precision, "
         "or sharding parameters, gradients and optimizer state (FSDP)"),
+    "launch_bound": (
+        "give the GPU more work per launch (a larger per-rank batch or model), or launch less "
+        "(torch.compile, CUDA graphs, fused optimizers such as foreach=True); until then the "
+        "step's time is the host's Python and kernel launches, which vary from run to run, so "
+        "gate on the exact counts rather than on its times"),
     "low_scaling": (
         "find what grows with the world size: communication (see comm_overhead per world "
         "size), imbalance between ranks, or fixed per-step costs that more ranks cannot share"),
@@ -251,6 +258,18 @@ def memory_bottlenecks(per_rank: Sequence[RankTiming],
         "memory", level, tuple(sorted(high)),
         f"peak memory reaches {frac:.0%} of the capacity on rank {worst} ({source}); "
         f"limit {limit:.0%}", GENERIC_SUGGESTIONS["memory"], frac, limit)]
+
+
+def launch_bottlenecks(device_busy: float | None, step_time_s: float,
+                       limit: float = MIN_DEVICE_BUSY) -> list[Bottleneck]:
+    """``launch_bound`` when the GPU runs kernels for less than ``limit`` of the step."""
+    if device_busy is None or device_busy >= limit:
+        return []
+    return [Bottleneck(
+        "launch_bound", severity(device_busy, limit, higher_is_worse=False), (),
+        f"the GPU runs kernels {device_busy:.0%} of the step ({ms(device_busy * step_time_s)} "
+        f"of {ms(step_time_s)}): the rest is the host launching them; limit {limit:.0%}",
+        GENERIC_SUGGESTIONS["launch_bound"], device_busy, limit)]
 
 
 # -- scaling ---------------------------------------------------------------------------------

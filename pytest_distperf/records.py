@@ -755,9 +755,10 @@ class LoadBalance:
 class Bottleneck:
     """One finding of the analyzer: what limits the step, how badly, and what to do.
 
-    ``kind``: ``communication``, ``low_overlap``, ``imbalance``, ``straggler``, ``memory`` or
-    ``low_scaling``; ``severity``: ``low``, ``medium`` or ``high``; ``value`` and ``limit`` are
-    the figure behind the finding and the limit it crossed.
+    ``kind``: ``communication``, ``low_overlap``, ``imbalance``, ``straggler``, ``memory``,
+    ``launch_bound`` or ``low_scaling``, among others (``findings.KINDS``); ``severity``:
+    ``low``, ``medium`` or ``high``; ``value`` and ``limit`` are the figure behind the
+    finding and the limit it crossed.
     """
 
     kind: str
@@ -809,6 +810,9 @@ class StepTiming:
     buckets: int | None = None
     #: FLOPs of one synchronised step, all ranks together (0: not counted)
     flops_per_step: int = 0
+    #: on a GPU, the share of a step its kernels ran (their time in the counted step over
+    #: ``step_time_s``); None on CPU ranks or without the count
+    device_busy: float | None = None
     #: the peak FLOP/s of one device (pytest_distperf/hardware.py, or the test's
     #: ``peak_tflops``); 0.0 where it is not known
     peak_flops: float = 0.0

@@ -180,13 +180,14 @@ class DDPStepTimer:
 
     def _measure(self, spec: StepSpec, size: int, label: str) -> StepTiming:
         from pytest_distperf.rank.ddp import time_steps
-        from pytest_distperf.traces.census import census
+        from pytest_distperf.traces.census import census, device_busy_s
 
         per_rank = self._group.call(time_steps, (spec,), {}, label, world_size=size)
-        counts = census([r.census for r in per_rank])
+        traces = [r.census for r in per_rank]
         per_rank = [dataclasses.replace(r, census=b"") for r in per_rank]
         return analyzer.analyze_steps(per_rank, wrapper=spec.wrapper, limits=self._limits,
-                                      comm_counts=counts)
+                                      comm_counts=census(traces),
+                                      device_busy_s=device_busy_s(traces))
 
     def _check_sizes(self, sizes: Sequence[int], what: str) -> None:
         bad = [n for n in sizes if not is_int(n) or n < 1]

@@ -292,6 +292,24 @@ def test_memory_without_capacity_is_not_judged() -> None:
     assert t.bottlenecks == []
 
 
+@pytest.mark.parametrize(("busy_s", "expected", "found"), [
+    ((0.003, 0.004), 0.07, ["launch_bound"]),  # the examples' MLP at 256 rows on an H200
+    ((0.045, 0.046), 0.91, []),  # the same at 65,536 rows
+    ((), None, []),  # CPU ranks: no kernels, no figure
+])
+def test_a_gpu_busy_less_than_half_the_step_is_launch_bound(
+        busy_s: tuple[float, ...], expected: float | None, found: list[str]) -> None:
+    t = analyze_steps([rank_step(0, 0.05, 0.05), rank_step(1, 0.05, 0.05)],
+                      device_busy_s=busy_s)
+    assert t.device_busy == (None if expected is None else pytest.approx(expected))
+    assert kinds(t) == found
+    if found:
+        (launch,) = t.bottlenecks
+        assert launch.severity == "high" and launch.limit == findings.MIN_DEVICE_BUSY
+        assert "kernels 7% of the step (3.5 ms of 50 ms)" in launch.description
+        assert "CUDA graphs" in launch.suggestion and "exact counts" in launch.suggestion
+
+
 def test_thresholds_from_the_marker_move_the_findings() -> None:
     records = [rank_step(0, 0.040, 0.010, comm_time=0.03), rank_step(1, 0.040, 0.011,
                                                                      comm_time=0.03)]

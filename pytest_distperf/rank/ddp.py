@@ -237,11 +237,11 @@ def _timed_step(built: Built, sync: bool, k: int,
 
 def _census(built: Built) -> tuple[bytes, int]:
     """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
-    with shapes: every collective and its message size), inside the region annotation the
-    trace analysis counts in, and under ``torch.utils.flop_counter`` (the step's FLOPs on
-    this rank: forward, backward, optimizer); the trace, compressed, and the FLOPs (0 where
-    they could not be counted).  Untimed: the overheads do not touch the timings, and
-    counts do not depend on them."""
+    with shapes: every collective and its message size; on a GPU its kernels too), inside
+    the region annotation the trace analysis counts in, and under
+    ``torch.utils.flop_counter`` (the step's FLOPs on this rank: forward, backward,
+    optimizer); the trace, compressed, and the FLOPs (0 where they could not be counted).
+    Untimed: the overheads do not touch the timings, and counts do not depend on them."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
@@ -252,7 +252,9 @@ def _census(built: Built) -> tuple[bytes, int]:
     dist.barrier()
     built.clock.synchronize()
     counter = FlopCounterMode(display=False)
-    with (profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof,
+    # on a GPU the kernels too: how busy the device is in a step (a launch-bound step)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if built.clock.on_cuda else [])
+    with (profile(activities=activities, record_shapes=True) as prof,
           record_function(PROFILED_REGION), counter):
         built.train_step()
         built.clock.synchronize()

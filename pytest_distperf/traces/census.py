@@ -18,6 +18,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
+from pytest_distperf.intervals import union_length
 from pytest_distperf.records import CommCount
 from pytest_distperf.traces.merge import load_trace
 from pytest_distperf.traces.rank_timeline import CommOp, timeline
@@ -53,3 +54,12 @@ def census(traces: Sequence[bytes]) -> tuple[CommCount, ...]:
     ops = [timeline(load_trace(zlib.decompress(t)), rank).ops
            for rank, t in enumerate(traces) if t]
     return count_ops(ops)
+
+
+def device_busy_s(traces: Sequence[bytes]) -> tuple[float, ...]:
+    """Per rank, the seconds its GPU ran kernels in the counted step (compute and
+    communication together); () where the traces hold no kernels (CPU ranks)."""
+    lines = [timeline(load_trace(zlib.decompress(t)), rank) for rank, t in enumerate(traces) if t]
+    if not lines or not all(line.device for line in lines):
+        return ()
+    return tuple(union_length([*line.comm, *line.compute]) / 1e6 for line in lines)
