@@ -395,6 +395,28 @@ def hta_overlap(folder: Path) -> dict:
         return {"error": repr(exc)}
 
 
+def check_finding(group: Any) -> dict:
+    """The step timer on the examples' MLP at a CPU-sized and a GPU-sized batch: the
+    device's busy share it reports and the findings it raises."""
+    from pytest_distperf.steptimer import DDPStepTimer
+
+    timer = DDPStepTimer(group)
+    got = {}
+    for rows in (256, 65536):
+        def batch(rank: int, rows: int = rows) -> Any:
+            import torch
+
+            return torch.randn(rows, 256)
+
+        timing = timer(mlp, batch, steps=10, warmup=3)
+        got[rows] = {"step_ms": timing.step_time_s * 1e3, "device_busy": timing.device_busy,
+                     "findings": [b.kind for b in timing.bottlenecks],
+                     "launch": [b.description for b in timing.bottlenecks
+                                if b.kind == "launch_bound"]}
+        print(f"  MLP, batch {rows}: {got[rows]}", flush=True)
+    return got
+
+
 def nvidia_smi() -> str:
     try:
         query = "name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu"
@@ -410,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=0, help="default: every GPU (else 2)")
     parser.add_argument("--out", type=Path, default=Path("gpu-check"))
     parser.add_argument("--quick", action="store_true", help="small model, few rounds")
-    parser.add_argument("--only", default="bench,steps,profile")
+    parser.add_argument("--only", default="bench,steps,profile,finding")
     args = parser.parse_args(argv)
 
     import torch
@@ -434,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                                      10 if args.quick else 50),
         "steps": lambda: check_steps(group, model, rounds, 10 if args.quick else 20),
         "profile": lambda: check_profile(group, model, args.out),
+        "finding": lambda: check_finding(group),
     }
     failed = 0
     try:
