@@ -57,9 +57,10 @@ class DDPStepTimer:
     ``model_fn()`` builds the module on every rank (seeded identically); the timer moves it
     to the rank's device and wraps it (``wrapper="ddp"``: DistributedDataParallel,
     ``"fsdp"``: FSDP2 ``fully_shard`` on every block of the model's ModuleLists and
-    ModuleDicts (else on every direct child with parameters), then the root;
-    ``fsdp_policy`` picks the blocks instead: module classes or a callable module -> bool; a
-    model ``model_fn`` sharded itself is used as it is).  ``optimizer_fn`` gets the
+    ModuleDicts (else on every direct child with parameters; a block whose parameters are
+    tied to a module outside it stays with the root), then the root; ``fsdp_policy`` picks
+    the blocks instead: module classes or a callable module -> bool; a model ``model_fn``
+    sharded itself is used as it is, and blocks it sharded are kept).  ``optimizer_fn`` gets the
     parameters, or the wrapped module when its first parameter is named ``model`` or
     ``module`` (``lambda model: model.module.configure_optimizers(...)``).
     ``batch_fn(rank)`` returns that rank's input, a tensor or a tuple of tensors for
