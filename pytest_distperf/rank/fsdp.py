@@ -111,9 +111,12 @@ def shard(model: Any, policy: Any, kwargs: dict[str, Any]) -> Any:
     if isinstance(model, FSDPModule):  # sharded in model_fn already: used as it is
         return model
     targets = shard_targets(model, policy)
-    tied = split_tied(model, targets + already_sharded(model))
+    done = already_sharded(model)
+    where, tied = "model_fn's own fully_shard", split_tied(model, done)
+    if not tied:
+        where = "fsdp_policy" if policy is not None else "the default policy"
+        tied = split_tied(model, targets + done)
     if tied:
-        where = "fsdp_policy" if policy is not None else "model_fn's own fully_shard"
         raise ValueError(f"ddp_step_timer: {where} puts the tied parameters {tied} (one "
                          f"tensor) in two FSDP2 groups, which FSDP2 refuses; shard the "
                          f"modules that share it together, or leave them to the root: "
