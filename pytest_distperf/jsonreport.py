@@ -41,8 +41,9 @@ def load_schema() -> dict[str, Any]:
 
 
 def environment_dict(env: Environment) -> dict[str, Any]:
-    """An environment as the report lists it: its fields and its ``key``."""
-    return {"key": env.key(), **to_dict(env)}
+    """An environment as the report lists it: its fields and its ``key``, the one its
+    baselines live under and its verdicts name (:meth:`Environment.baselines_key`)."""
+    return {"key": env.baselines_key(), **to_dict(env)}
 
 
 def document(records: Sequence[TestRecord], *, header: str,

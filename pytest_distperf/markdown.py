@@ -16,7 +16,7 @@ from pytest_distperf.records import (
     TestRecord,
     Verdict,
 )
-from pytest_distperf.report import format_change, format_value
+from pytest_distperf.report import format_change, format_value, shown_value
 
 #: Verdicts the summary lists one by one (the rest are counted, and folded into the details).
 NOTEWORTHY = ("regressed", "inconclusive", "improved")
@@ -99,7 +99,7 @@ def _environment(header: str, environments: Sequence[Environment]) -> list[str]:
         versions = f"torch {env.torch_version}" + (f", NCCL {env.nccl_version}"
                                                      if env.nccl_version else "")
         lines.append(f"- {env.world_size} ranks, {env.backend} on {env.device_type} "
-                     f"({device}), {versions}; baselines key `{env.key()}`")
+                     f"({device}), {versions}; baselines key `{env.baselines_key()}`")
     if not lines and header:
         lines.append(f"- {header.splitlines()[0].removeprefix('distperf: ')}")
     return [*lines, ""] if lines else []
@@ -119,12 +119,13 @@ def _all_figures(records: Sequence[TestRecord]) -> list[str]:
         verdicts = {v.metric: v for v in record.verdicts}
         for m in record.metrics:
             v = verdicts.get(m.name)
-            rows.append(f"| `{record.nodeid}` | `{m.name}` | {format_value(m.value, m.unit)} | "
+            shown = format_value(shown_value(m, v), m.unit)
+            rows.append(f"| `{record.nodeid}` | `{m.name}` | {shown} | "
                         f"{v.verdict if v else '-'} |")
     more = len(rows) - MAX_FIGURES
     rows = rows[:MAX_FIGURES] + ([f"| ... and {more} more | | | |"] if more > 0 else [])
     return ["<details><summary>Every figure</summary>", "",
-            "| test | metric | value | verdict |", "| --- | --- | --- | --- |",
+            "| test | metric | current | verdict |", "| --- | --- | --- | --- |",
             *rows, "", "</details>", ""]
 
 

@@ -35,8 +35,10 @@ if TYPE_CHECKING:
     from pytest_distperf.group import DistGroup
 
 #: Untimed calls of ``fn`` before the profiled one: first calls pay for connection set-up,
-#: allocator growth and lazy initialisation, which is not what a profile should show.
-DEFAULT_WARMUP = 1
+#: allocator growth and lazy initialisation, which is not what a profile should show; and
+#: DDP rebuilds its gradient buckets at the start of its second step (two broadcasts), so
+#: that the profiled steps of a DDP model hold only its gradient all-reduces.
+DEFAULT_WARMUP = 2
 #: A trace file larger than this is written gzip-compressed (``.json.gz``, which Perfetto,
 #: chrome://tracing, Holistic Trace Analysis and TraceLens open as they are): profiles of
 #: real training steps run to hundreds of MiB of JSON, about a tenth of that compressed.
@@ -60,7 +62,8 @@ class DistProfiler:
     default; the late rank as its rank), and the exact ``profile.comm.<op>.calls`` and
     ``.bytes``; the n-th call of a test records ``profile<n>.*``.
 
-    Settings (attributes, change them before calling): ``warmup`` (default 1),
+    Settings (attributes, change them before calling): ``warmup`` (default 2: past DDP's
+    bucket rebuild),
     ``record_shapes`` (True: gives the message sizes of gloo collectives), ``with_stack``,
     ``profile_memory`` (False), ``check_desync`` (True: ranks that ran different collectives
     raise :class:`~pytest_distperf.traces.DesyncError`; False: the report says so in
@@ -139,18 +142,27 @@ class DistProfiler:
         traces = [load_trace(zlib.decompress(reply.trace)) for reply in replies]
         results = [reply.result for reply in replies]
         if path is not None:
-            path = write_trace(path, merge_traces(traces))
-            folder = rank_trace_dir(path)
-            written = [path]
-            for rank, trace in enumerate(traces):
-                written.append(write_trace(folder / f"rank{rank}.trace.json",
-                                           rank_trace(trace, rank, size),
-                                           what=f"trace of rank {rank}"))
-            remove_stale_traces(written)
+            path = write_traces(path, traces)
             sys.stdout.write(f"distperf: merged trace of {len(traces)} ranks written to "
-                             f"{path} (each rank's own in {folder.name}/)\n")
+                             f"{path} (each rank's own in {rank_trace_dir(path).name}/)\n")
         return analyse(traces, limits=self._limits, trace_path=str(path) if path else "",
                        results=results)
+
+
+def write_traces(path: Path, traces: Sequence[Mapping[str, Any]]) -> Path:
+    """Write the ranks' traces merged at ``path`` and each rank's own in the folder beside it
+    (:func:`rank_trace_dir`), and remove what an earlier run left there; the merged trace's
+    path (``.gz`` added where it was compressed)."""
+    path = write_trace(path, merge_traces(traces))
+    folder = rank_trace_dir(path)
+    written = [path]
+    for rank, trace in enumerate(traces):
+        # spaced JSON: HTA finds a file's rank with the pattern '"rank":\s+(\d+)'
+        written.append(write_trace(folder / f"rank{rank}.trace.json",
+                                   rank_trace(trace, rank, len(traces)),
+                                   what=f"trace of rank {rank}", separators=(", ", ": ")))
+    remove_stale_traces(written)
+    return path
 
 
 def rank_trace_dir(merged: Path) -> Path:
@@ -185,12 +197,13 @@ def remove_stale_traces(written: Sequence[Path]) -> None:
 
 
 def write_trace(path: Path, trace: Mapping[str, Any],
-                gzip_above: int = GZIP_ABOVE_BYTES, what: str = "merged trace") -> Path:
+                gzip_above: int = GZIP_ABOVE_BYTES, what: str = "merged trace",
+                separators: tuple[str, str] = (",", ":")) -> Path:
     """Write a trace atomically, creating the folder, as ``path`` or, when its JSON is larger
     than ``gzip_above`` bytes, gzip-compressed as ``path`` + ``.gz``; the path written.  An
     OSError (an unwritable or missing folder, a full disk) becomes one that names the file and
     the option."""
-    data = json.dumps(trace, separators=(",", ":")).encode("utf-8")
+    data = json.dumps(trace, separators=separators).encode("utf-8")
     if len(data) > gzip_above:
         path = path.with_name(path.name + ".gz")
         data = gzip.compress(data, compresslevel=6, mtime=0)

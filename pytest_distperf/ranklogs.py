@@ -8,12 +8,16 @@ controller forwards it to the test's captured output, bounded in memory and on d
 - While a call runs, a log past :data:`CAP_BYTES` is emptied at once (:meth:`RankLogs.trim`,
   about once a second): a print flood costs at most that much disk, and the last lines
   survive.
+- torch.profiler's own notices (Kineto's ``USDT:``/``STAGE:``/``INFO:`` lines, printed from
+  C++ on every profiled call, :data:`KINETO_NOTICE`) are left out of what is forwarded and
+  shown: they are not the user's output.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 
 #: Bytes of one rank's output read and forwarded per call (the end of it).
@@ -22,6 +26,11 @@ FORWARD_BYTES = 1 << 20
 CAP_BYTES = 16 << 20
 #: Bytes of each rank's output shown in a failure.
 TAIL_BYTES = 4000
+#: A notice Kineto prints at every start and stop of torch.profiler, whatever
+#: KINETO_LOG_LEVEL says (``USDT:2026-11-26 23:12:04 7341:7341
+#: SyncActivityProfilerHandler.cpp:52] profiler_start``); its warnings and errors are kept.
+KINETO_NOTICE = re.compile(r"(?:USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
+                           r"\d+:\d+ \S+\.cpp:\d+\] ")
 
 
 class RankLogs:
@@ -53,9 +62,10 @@ class RankLogs:
                 data, dropped = self._read_end(rank)
             except OSError:
                 continue
-            if not data and not dropped:
+            text = "".join(line for line in data.decode("utf-8", "replace").splitlines(True)
+                           if not KINETO_NOTICE.match(line))
+            if not text and not dropped:
                 continue
-            text = data.decode("utf-8", "replace")
             lines = [f"[rank {rank}] {line}\n" for line in text.splitlines()]
             if dropped:
                 note = (f"[rank {rank}] ... {dropped} bytes of this rank's output left out "

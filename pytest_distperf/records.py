@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -104,6 +105,12 @@ class Environment:
         if self.nccl_version:
             parts.append(f"nccl{self.nccl_version}")
         return "-".join(parts)
+
+    def baselines_key(self) -> str:
+        """The key this environment's baselines live under, as verdicts name it: :meth:`key`
+        and the device model, e.g. ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc``."""
+        model = re.sub(r"[^a-z0-9]+", "-", self.device_model.lower()).strip("-")
+        return f"{self.key()}-{model or 'unknown'}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from pytest_distperf.records import (
     SLOW_PAIR_RATIO,
     VERDICT_ORDER,
     CollectiveResult,
+    Metric,
     PairMatrix,
     TestRecord,
     Verdict,
@@ -68,20 +69,33 @@ def summary(records: Sequence[TestRecord], *, quiet: bool = False) -> list[Line]
     return lines + verdict_summary(records, quiet=quiet)
 
 
+def shown_value(metric: Metric | None, verdict: Verdict | None) -> float | None:
+    """The one figure every output shows for a metric: the one its verdict judged and saved
+    (a time: the estimator over its measurements, against a baseline with the host's change
+    taken out; so ``baseline`` and ``change`` agree with it), else the metric's own value
+    (its first measurement)."""
+    if verdict is not None and verdict.current is not None:
+        return verdict.current
+    return metric.value if metric is not None else None
+
+
 def test_block(record: TestRecord) -> list[Line]:
-    """A test's figures: metric, value, then baseline, change and verdict where it was
-    compared (worst verdict first); the analyzer's findings; the breaches."""
+    """A test's figures: metric, its figure (:func:`shown_value`), then baseline, change and
+    verdict where it was compared (worst verdict first); the analyzer's findings; the
+    breaches."""
     _, status, colour = _test_status(record)
     lines = [Line(f"{record.nodeid} [{record.world_size} ranks] {status}", colour, bold=True)]
     verdicts = {v.metric: v for v in record.verdicts}
     rows: list[tuple[str, str, Verdict | None]] = [
-        (m.name, format_value(m.value, m.unit), verdicts.get(m.name)) for m in record.metrics]
+        (m.name, format_value(shown_value(m, verdicts.get(m.name)), m.unit),
+         verdicts.get(m.name)) for m in record.metrics]
     measured = {m.name for m in record.metrics}
-    rows += [(v.metric, "-", v) for v in record.verdicts if v.metric not in measured]
+    rows += [(v.metric, format_value(v.current, v.unit), v)
+             for v in record.verdicts if v.metric not in measured]
     rows.sort(key=lambda row: _verdict_rank(row[2].verdict) if row[2] else len(VERDICT_ORDER))
     cells = [(name, value, *_compared(v)) for name, value, v in rows]
     if any(c[4] for c in cells):
-        cells.insert(0, ("metric", "value", "baseline", "change", "verdict"))
+        cells.insert(0, ("metric", "current", "baseline", "change", "verdict"))
     widths = [max((len(c[i]) for c in cells), default=0) for i in range(4)]
     for c in cells:
         verdict = c[4]
@@ -105,9 +119,11 @@ def _compared(v: Verdict | None) -> tuple[str, str, str]:
 
 def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
     """The test's figures as JUnit XML properties (pytest's ``user_properties``, written by
-    ``--junitxml``): ``distperf.<metric>`` = its value and unit, and
+    ``--junitxml``): ``distperf.<metric>`` = its figure (:func:`shown_value`) and unit, and
     ``distperf.<metric>.verdict`` = its verdict, with the change where there is one."""
-    out = [(f"distperf.{m.name}", format_value(m.value, m.unit)) for m in record.metrics]
+    verdicts = {v.metric: v for v in record.verdicts}
+    out = [(f"distperf.{m.name}", format_value(shown_value(m, verdicts.get(m.name)), m.unit))
+           for m in record.metrics]
     for v in record.verdicts:
         text = v.verdict
         if v.change is not None:

@@ -481,6 +481,23 @@ def test_step_metrics_names_units_thresholds_and_breach_text() -> None:
     assert named[0] == "resnet.step_time_s"
 
 
+def test_exposed_communication_is_shown_as_comm_overhead_gives_it() -> None:
+    """``exposed_comm_s`` is ``comm_overhead`` x ``step_time_s`` and is judged, saved and
+    shown by that value: the per-step differences of a synchronised and a no-sync step,
+    clamped at 0, put the good-side estimate at 0 us beside a comm_overhead of 0.2."""
+    from pytest_distperf.verdict.stats import estimate
+
+    step = (0.100, 0.100, 0.100, 0.150, 0.150, 0.150, 0.150, 0.150, 0.150, 0.150)
+    no_sync = (0.160, 0.160, 0.160, 0.090, 0.090, 0.090, 0.090, 0.140, 0.140, 0.140)
+    ranks = [RankStep(r, 8, step, step, step, step, no_sync) for r in (0, 1)]
+    t = analyze_steps(ranks)
+    assert t.comm_overhead == pytest.approx(0.2)
+    exposed = {m.name: m for m in step_metrics(t)}["exposed_comm_s"]
+    shown = estimate(exposed.samples, exposed.value, exposed.higher_is_better,
+                     exposed.is_fraction)
+    assert shown == pytest.approx(t.comm_overhead * t.step_time_s) == pytest.approx(0.03)
+
+
 def test_imbalance_is_informational_against_its_baseline_on_cpu_ranks() -> None:
     """Where the step carries the host-speed control (CPU ranks), ``imbalance`` is compared
     with its baseline for information only: the host unbalances ranks sharing a few cores

@@ -182,11 +182,48 @@ def test_fsdp_gpt_style(ddp_step_timer):
     # backward and reduce-scatter their gradients: counted, every one
     assert {"all_gather", "reduce_scatter"} <= set(counts)
     assert counts["reduce_scatter"].calls == 5 and counts["all_gather"].calls >= 5
+    # gloo runs each reduce-scatter as an all-reduce: counted as the reduce-scatter the
+    # step called, never as an all-reduce of its own
+    assert "all_reduce" not in counts
     only_blocks = ddp_step_timer(GPTish, tokens, steps=2, warmup=1, wrapper="fsdp",
                                  fsdp_policy=(Block,), name="blocks")
     gathers = {c.op: c.calls for c in only_blocks.comm_counts}
     assert gathers["reduce_scatter"] == 3  # the root and the two Blocks
     print("BODY-OK gpt")
+
+
+class TiedGPT(GPTish):
+    """The token embedding tied to the head, as nanoGPT and most HF models have it."""
+
+    def __init__(self):
+        super().__init__()
+        self.transformer["wte"].weight = self.lm_head.weight
+
+
+def presharded_gpt():
+    from torch.distributed.fsdp import fully_shard
+
+    model = TiedGPT()
+    for block in model.transformer["h"]:  # the usual FSDP2 recipe: the blocks, then the root
+        fully_shard(block)
+    return model
+
+
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+def test_fsdp_tied_weights(ddp_step_timer):
+    tokens = lambda rank: torch.randint(0, 64, (4, 16))  # noqa: E731
+    run = dict(steps=2, warmup=1, wrapper="fsdp", control=False)
+    # the tied embedding stays with the root (and the head): the root, 2 Blocks and ln_f
+    tied = ddp_step_timer(TiedGPT, tokens, **run)
+    assert {c.op: c.calls for c in tied.comm_counts}["reduce_scatter"] == 4
+    # blocks sharded in model_fn are kept as they are; the timer shards ln_f and the root
+    pre = ddp_step_timer(presharded_gpt, tokens, name="pre", **run)
+    assert {c.op: c.calls for c in pre.comm_counts}["reduce_scatter"] == 4
+    # a policy that puts the tied weight in a group of its own is refused, with the way out
+    with pytest.raises(Exception, match=r"tied parameters 'transformer.wte.weight' and "
+                                        r"'lm_head.weight'.*fsdp_policy="):
+        ddp_step_timer(TiedGPT, tokens, name="split", fsdp_policy=torch.nn.Embedding, **run)
+    print("BODY-OK tied")
 
 
 @pytest.mark.distperf(min_scaling_efficiency=0.25)  # a loaded 2-core machine: far from 1.0
@@ -279,12 +316,13 @@ def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
 
 def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     result, data = run_module(pytester)
-    result.assert_outcomes(passed=7, failed=4)
+    result.assert_outcomes(passed=8, failed=4)
     out = result.stdout
 
     # balanced, compute-heavy, FSDP2 and weak scaling pass on their thresholds
     for name in ("test_balanced", "test_compute_heavy", "test_fsdp", "test_fsdp_gpt_style",
-                 "test_weak_scaling", "test_refusals", "test_ddp_options_reach_the_wrapper"):
+                 "test_fsdp_tied_weights", "test_weak_scaling", "test_refusals",
+                 "test_ddp_options_reach_the_wrapper"):
         out.fnmatch_lines([f"PASSED test_gen.py::{name}*"])
 
     # the straggler is named and fails max_imbalance with the ranks and the batch shares
@@ -482,7 +520,8 @@ def test_flops_achieved_and_mfu() -> None:
 
 def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None:
     torch = pytest.importorskip("torch")
-    from pytest_distperf.rank.ddp import shard_targets, takes_module
+    from pytest_distperf.rank.ddp import takes_module
+    from pytest_distperf.rank.fsdp import shard_targets, split_tied
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:
@@ -505,6 +544,13 @@ def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None
     assert shard_targets(flat) == [flat[2], flat[0]]  # no containers: the direct children
     with pytest.raises(TypeError, match="fsdp_policy must be module classes or a callable"):
         shard_targets(model, "Block")
+    # a token embedding tied to the head (GPT, most HF models): it stays with the root, in
+    # one group with the head; a policy that names it splits the tied weight
+    model.transformer["wte"].weight = model.head.weight
+    assert shard_targets(model) == [h[1], h[0]]
+    assert split_tied(model, shard_targets(model)) == ""
+    assert split_tied(model, [model.transformer["wte"]]) == (
+        "'transformer.wte.weight' and 'head.weight'")
     assert takes_module(lambda model: model) and takes_module(lambda module, lr=1: module)
     assert not takes_module(lambda params: params) and not takes_module(print)
 

@@ -209,7 +209,7 @@ def test_the_summary_is_grouped_by_test_with_regressions_first_in_colour(run: Ru
     assert lines[heads[0]] == "test_counts.py::test_counts [2 ranks] REGRESSED"
     assert "\x1b[31m" in coloured[heads[0]]
     table = lines[heads[0] + 1:heads[1]]
-    assert table[0].split() == ["metric", "value", "baseline", "change", "verdict"]
+    assert table[0].split() == ["metric", "current", "baseline", "change", "verdict"]
     assert table[1].split() == [REGRESSED, "3", "calls", "1", "calls", "+200.0%", "regressed"]
     assert "\x1b[31m" in coloured[heads[0] + 2]
     # then the breach; tests without a baseline list their figures alone

@@ -293,6 +293,27 @@ def test_the_root_cause_is_listed_first(monkeypatch: pytest.MonkeyPatch) -> None
     assert order == sorted(order), text
 
 
+def test_the_profilers_notices_are_not_forwarded(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_distperf.ranklogs import RankLogs
+
+    logs = RankLogs(str(tmp_path), 2)
+    (tmp_path / "rank0.log").write_text(
+        "USDT:2026-11-26 23:12:04 7341:7341 SyncActivityProfilerHandler.cpp:52] "
+        "profiler_start\nthe user's line\n"
+        "STAGE:2026-11-26 23:12:19 7485:7485 SyncActivityProfilerHandler.cpp:51] Completed "
+        "Stage: Warm Up\n"
+        "WARNING:2026-11-26 23:12:19 7485:7485 init.cpp:1] kept: a warning says something\n")
+    (tmp_path / "rank1.log").write_text(
+        "USDT:2026-11-26 23:12:04 7342:7342 SyncActivityProfilerHandler.cpp:59] "
+        "profiler_stop\n")
+    tail = logs.take([0, 1])
+    assert capsys.readouterr().out == (
+        "[rank 0] the user's line\n[rank 0] WARNING:2026-11-26 23:12:19 7485:7485 "
+        "init.cpp:1] kept: a warning says something\n")  # rank 1 printed nothing else
+    assert "USDT" not in tail and "STAGE" not in tail and "the user's line" in tail
+
+
 def test_a_timeout_alone_is_a_rank_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     error = _report({}, [0, 1], monkeypatch)
     assert type(error) is RankTimeout and error.failed_ranks == (0, 1)

@@ -5,6 +5,7 @@ handed to it by a stand-in group."""
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_setup_and_steps(dist_profiler):
         time.sleep(0.12 if dist.get_rank() == 1 else 0.03)  # rank 1: 4x the work, every step
         ddp(torch.randn(8, 64)).sum().backward()
         return dist.get_rank()
-    dist_profiler.warmup = 2  # DDP rebuilds its buckets (two small broadcasts) in step 2
+    # the default warm-up covers DDP's bucket rebuild (two small broadcasts in its step 2)
     report = dist_profiler(train_step, setup=build, steps=3)
     assert report.results == (0, 1)
     assert report.collective("broadcast") is None
@@ -151,6 +152,9 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
                                  "*profile.imbalance*max_imbalance*"])
     failure = result.stdout.str().split("test_straggler_fails_the_verdict", 1)[1]
     assert "ranks involved: 1" in failure or "rank 1" in failure
+    # the failures show what the ranks printed, without the profiler's own notices
+    result.stdout.fnmatch_lines(["*Captured stdout call*", "distperf: merged trace of 2 *"])
+    assert "SyncActivityProfilerHandler" not in result.stdout.str()
     # off by default (test_setup_and_steps has a rank 90 ms late too, and passes); set, a
     # breach names the rank that arrived last
     result.stdout.fnmatch_lines([
@@ -310,3 +314,43 @@ def test_an_unwritable_trace_folder_says_which_file_and_option(tmp_path: Path) -
     with pytest.raises(OSError, match=r"dist_profiler: cannot write the merged trace .*a_file/"
                                       r"t.trace.json .*--distperf-trace"):
         write_trace(blocked / "t.trace.json", {"traceEvents": []})
+
+
+def _real_cpu_trace(tmp_path: Path) -> dict[str, Any]:
+    """A trace as torch.profiler exports it for a little CPU work (no process group)."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof, record_function("ProfilerStep#0"):
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    prof.export_chrome_trace(str(tmp_path / "raw.json"))
+    trace: dict[str, Any] = json.loads((tmp_path / "raw.json").read_text())
+    return trace
+
+
+def test_each_ranks_trace_says_its_rank_as_hta_reads_it(tmp_path: Path) -> None:
+    from pytest_distperf.profiler import rank_trace_dir, write_traces
+
+    trace = _real_cpu_trace(tmp_path)
+    trace["distributedInfo"] = {"backend": "gloo", "rank": 0, "world_size": 2}
+    other = {**trace, "distributedInfo": {"backend": "gloo", "rank": 1, "world_size": 2}}
+    merged = write_traces(tmp_path / "t.trace.json", [trace, other])
+    # Holistic Trace Analysis takes the first match of this pattern as the file's rank
+    hta_rank = re.compile(r'"rank":\s+(\d+)')
+    for rank in (0, 1):
+        text = (rank_trace_dir(merged) / f"rank{rank}.trace.json").read_text()
+        found = hta_rank.search(text)
+        assert found is not None and int(found.group(1)) == rank
+
+
+def test_hta_loads_every_ranks_trace(tmp_path: Path) -> None:
+    pytest.importorskip("hta")
+    from hta.trace_analysis import TraceAnalysis
+
+    from pytest_distperf.profiler import rank_trace_dir, write_traces
+
+    trace = _real_cpu_trace(tmp_path)
+    merged = write_traces(tmp_path / "t.trace.json", [trace, trace])
+    analysis = TraceAnalysis(trace_dir=str(rank_trace_dir(merged)))
+    assert sorted(analysis.t.traces) == [0, 1]
+    assert all(len(df) > 0 for df in analysis.t.traces.values())

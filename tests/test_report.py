@@ -105,7 +105,7 @@ SNAPSHOT = """\
 ## distperf: 1 regressed, 1 threshold breach(es)
 
 - 2 ranks, gloo on cpu (AMD EPYC 7B13, 2 cores, 1 thread(s) per rank), torch 2.13.0+cpu; \
-baselines key `gloo-cpu-w2-c2t1-torch2.13.0`
+baselines key `gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc-7b13`
 
 2 test(s), 3 figure(s): 1 regressed, 1 improved, 1 unchanged.
 
@@ -129,7 +129,7 @@ involved: 1) suggestion: rebalance the per-rank batch
 
 <details><summary>Every figure</summary>
 
-| test | metric | value | verdict |
+| test | metric | current | verdict |
 | --- | --- | --- | --- |
 | `tests/test_a.py::test_step` | `step_time_s` | 12.3 ms | unchanged |
 | `tests/test_a.py::test_step` | `comm.all_reduce.calls` | 4 calls/step | regressed |
@@ -168,6 +168,69 @@ def test_the_terminal_summary_puts_regressions_first_and_colours_them() -> None:
     improved = next(line for line in lines if line.text.startswith("  IMPROVED"))
     assert improved.colour == "green"
     assert report.Line("plain").markup == {}
+
+
+def _row(lines: list[report.Line], name: str) -> list[str]:
+    return next(line.text.split() for line in lines if line.text.split()[:1] == [name])
+
+
+def test_every_output_shows_the_figure_the_verdict_judged(tmp_path: Path) -> None:
+    """A row's figure, its baseline and its change come from one estimator: the test's own
+    first measurement (raw, 428 ms and 518.8 ms here) is not the figure shown beside a
+    pooled, host-corrected baseline; a save shows what it stored, in its table and on its
+    SAVED line alike."""
+    compared = TestRecord("t.py::test_a", 2, [Measurement("ddp", (
+        Metric("step_time_s", 0.428, "s"), Metric("throughput", 37.38, "samples/s", True)))],
+        verdicts=[Verdict("step_time_s", "unchanged", "e", "s", False, 0.3916, 0.38416,
+                          -0.019, 0.3),
+                  Verdict("throughput", "informational", "e", "samples/s", True, 42.57, 43.46,
+                          0.021, None)])
+    saved = TestRecord("t.py::test_b", 2, [Measurement("ddp", (
+        Metric("step_time_s", 0.5188, "s"),))],
+        verdicts=[Verdict("step_time_s", "saved", "e", "s", False, current=0.3916)])
+    lines = report.summary([compared, saved])
+    assert _row(lines[:4], "step_time_s") == ["step_time_s", "384.2", "ms", "391.6", "ms",
+                                              "-1.9%", "unchanged"]
+    assert _row(lines, "throughput")[1:2] == ["43.46"]
+    header = next(line.text.split() for line in lines if line.text.split()[:1] == ["metric"])
+    assert header == ["metric", "current", "baseline", "change", "verdict"]
+    saved_rows = [line.text.split() for line in lines if "391.6" in line.text]
+    assert ["step_time_s", "391.6", "ms", "-", "-", "saved"] in saved_rows  # its table
+    assert any(r[:4] == ["SAVED", "t.py::test_b", "step_time_s", "391.6"] for r in saved_rows)
+    assert "428" not in "\n".join(line.text for line in lines)
+    assert "518.8" not in "\n".join(line.text for line in lines)
+    text = markdown.markdown_summary([compared, saved], header="h")
+    assert "| `t.py::test_a` | `step_time_s` | 384.2 ms | unchanged |" in text
+    assert "| `t.py::test_b` | `step_time_s` | 391.6 ms | saved |" in text
+    assert ("distperf.step_time_s", "384.2 ms") in report.junit_properties(compared)
+    path = tmp_path / "r.json"
+    jsonreport.write_json(path, [compared], header="h", environments=[CPU])
+    data = json.loads(path.read_text())
+    (test,) = data["tests"]
+    assert test["verdicts"][0]["current"] == 0.38416  # what the outputs show
+    assert test["metrics"][0]["value"] == 0.428  # raw, and the schema says so
+    # the environment's key is the one its baselines live under and its verdicts name
+    assert data["environments"][0]["key"] == "gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc-7b13"
+
+
+def test_the_steps_plot_shows_the_exposed_communication_its_title_gives() -> None:
+    from pytest_distperf.analyzer import analyze_steps
+    from pytest_distperf.records import RankStep
+
+    pytest.importorskip("matplotlib")
+    jitter = (1.0, 1.3, 0.9, 1.2, 1.05, 0.95, 1.4, 1.0)
+
+    def rank(r: int, step: float, no_sync: float) -> RankStep:
+        steps = tuple(step * j for j in jitter)
+        return RankStep(r, 8, steps, steps, steps, steps,
+                        tuple(no_sync * j for j in reversed(jitter)))
+
+    timing = analyze_steps([rank(0, 0.50, 0.44), rank(1, 0.52, 0.40)])
+    (ax,) = plots.steps_figure(TestRecord("t.py::test_a", 2), timing).axes
+    exposed = timing.comm_overhead * timing.step_time_s
+    bars = [bar.get_height() for bar in ax.containers[1]]  # compute, exposed, wait
+    assert bars == pytest.approx([exposed * 1e3] * 2)
+    assert f"{timing.comm_overhead:.0%} ({report.format_value(exposed, 's')})" in ax.get_title()
 
 
 def test_plots_without_matplotlib_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:

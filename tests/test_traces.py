@@ -141,7 +141,9 @@ def gloo_trace(rank: int, *, base_ns: int = 1_700_000_000_000_000_000,
     ops = {"all_reduce": ("c10d::allreduce_", "TensorList"),
            "all_gather": ("c10d::_allgather_base_", "float"),
            "broadcast": ("c10d::broadcast_", "TensorList"),
-           "barrier": ("c10d::barrier", "unsigned char")}
+           "barrier": ("c10d::barrier", "unsigned char"),
+           "reduce_scatter": ("c10d::_reduce_scatter_base_", "float")}
+    runs_as = {"reduce_scatter": "all_reduce"}  # gloo has no reduce-scatter of its own
     ev: list[dict[str, Any]] = [
         _meta("process_name", HOST_PID, 0, name="python"),
         _meta("thread_name", HOST_PID, MAIN_TID, name=f"thread {MAIN_TID} (python)"),
@@ -156,6 +158,9 @@ def gloo_trace(rank: int, *, base_ns: int = 1_700_000_000_000_000_000,
         if name == "all_gather":
             dims: list[Any] = [[nelems * 2], [nelems], [], [], []]
             types = ["float", "float", "", "Scalar", "Scalar"]
+        elif name == "reduce_scatter":
+            dims = [[nelems // 2], [nelems], [], [], []]
+            types = ["float", "float", "", "Scalar", "Scalar"]
         elif name == "barrier":
             dims, types = [[1], [], [], [], []], ["unsigned char", "", "ScalarList", "", ""]
         else:
@@ -164,7 +169,8 @@ def gloo_trace(rank: int, *, base_ns: int = 1_700_000_000_000_000_000,
         ev.append(_x("aten::empty", "cpu_op", issue + 1, 1))  # inside the call: not compute
         gloo_args = {} if name == "barrier" else {"Input Dims": [[nelems]],
                                                   "Input type": ["float"]}
-        ev.append(_x(f"gloo:{name}", "user_annotation", run, dur, tid=gloo_tid, **gloo_args))
+        ev.append(_x(f"gloo:{runs_as.get(name, name)}", "user_annotation", run, dur,
+                     tid=gloo_tid, **gloo_args))
     return {"schemaVersion": 1, "baseTimeNanoseconds": base_ns,
             "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
             "traceEvents": ev}
@@ -396,6 +402,18 @@ def test_gloo_runs_issued_from_cpp_count_too() -> None:
                                                                    40)]
     assert tl.source == "c10d ops"
     assert T.timeline(gloo_trace(0, compute=[(0, 10)])).source == "none"
+
+
+def test_gloos_reduce_scatter_counts_as_the_reduce_scatter_the_code_called() -> None:
+    """gloo runs a reduce-scatter as an all-reduce of the whole input: one call, counted at
+    the level the code issued it (FSDP2's gradients), with the all-reduce's run as its time;
+    an all-reduce the code called itself is still its own."""
+    comms = [("reduce_scatter", 1000, 100, 110, 100), ("all_reduce", 1000, 300, 310, 40)]
+    tl = T.timeline(gloo_trace(0, comms=comms))
+    assert [(op.name, op.source, op.nbytes, op.time_us) for op in tl.ops] == [
+        ("reduce_scatter", "c10d", 4000, 100), ("all_reduce", "c10d", 4000, 40)]
+    assert count_ops([tl.ops]) == (CommCount("all_reduce", 1, 4000),
+                                   CommCount("reduce_scatter", 1, 4000))
 
 
 # -- desync --------------------------------------------------------------------------------------

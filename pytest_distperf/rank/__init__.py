@@ -10,5 +10,7 @@ through the pool (:mod:`pytest_distperf.launcher`) and gets back records
   barrier-aligned timing loop with its host-speed control;
 * :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;
 * :mod:`~pytest_distperf.rank.ddp`: build, wrap and time training steps;
+* :mod:`~pytest_distperf.rank.fsdp`: which blocks FSDP2 shards (tied weights, blocks
+  sharded already) and the sharding;
 * :mod:`~pytest_distperf.rank.profile`: one call under ``torch.profiler``.
 """

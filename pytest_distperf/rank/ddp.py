@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import gc
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from pytest_distperf.intervals import union_length
@@ -52,7 +52,8 @@ class StepSpec:
     comm_hook: tuple[Any, Callable[[Any, Any], Any]] | None = None
     count_collectives: bool = True  # one more step under torch.profiler, counting collectives
     #: FSDP2: which submodules get their own ``fully_shard`` (module classes, or a callable
-    #: module -> bool); None: the blocks of every ModuleList/ModuleDict (:func:`shard_targets`)
+    #: module -> bool); None: the blocks of every ModuleList/ModuleDict
+    #: (:func:`~pytest_distperf.rank.fsdp.shard_targets`)
     fsdp_policy: Any = None
     #: on CPU ranks, the host-speed control after every synchronised step
     #: (:func:`~pytest_distperf.rank.clock.control_kernel`), as ``measure()`` has it
@@ -369,40 +370,6 @@ def takes_module(fn: Callable[..., Any]) -> bool:
     return first in ("model", "module")
 
 
-def shard_targets(model: Any, policy: Any = None) -> list[Any]:
-    """The submodules FSDP2 shards on their own before the root, innermost first.
-
-    ``policy``: module classes (a class or a tuple of them), or a callable module -> bool;
-    None: every block of every ``ModuleList``/``ModuleDict`` (the repeated layers of
-    GPT- and HF-style models), or, in a model without such containers, every direct child
-    that has parameters.  Containers themselves (no ``forward`` of their own) are never
-    sharded: ``fully_shard`` refuses them.
-    """
-    import torch
-
-    def runs(m: Any) -> bool:
-        return (m is not model and any(True for _ in m.parameters())
-                and not isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict)))
-
-    modules = list(model.modules())
-    chosen: list[Any]
-    if policy is None:
-        blocks = [child for m in modules
-                  if isinstance(m, (torch.nn.ModuleList, torch.nn.ModuleDict))
-                  for child in m.children()]
-        chosen = blocks or list(model.children())
-    elif isinstance(policy, type) or (isinstance(policy, tuple)
-                                      and all(isinstance(c, type) for c in policy)):
-        chosen = [m for m in modules if isinstance(m, policy)]
-    elif callable(policy):
-        chosen = [m for m in modules if policy(m)]
-    else:
-        raise TypeError(f"ddp_step_timer: fsdp_policy must be module classes or a callable "
-                        f"module -> bool, got {policy!r}")
-    keep = {id(m) for m in chosen if runs(m)}
-    return [m for m in reversed(modules) if id(m) in keep]  # children before parents
-
-
 def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
           policy: Any = None) -> tuple[Any, Callable[[], Any]]:
     """The wrapped model and a context-manager factory that turns gradient sync off."""
@@ -414,24 +381,10 @@ def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
         ddp = DistributedDataParallel(model, **kwargs)
         return ddp, ddp.no_sync
     if wrapper == "fsdp":
-        from torch.distributed.fsdp import FSDPModule, fully_shard
+        from pytest_distperf.rank.fsdp import no_sync_of, shard
 
-        if isinstance(model, FSDPModule):  # sharded in model_fn already: used as it is
-            sharded = model
-        else:
-            for block in shard_targets(model, policy):
-                fully_shard(block, **kwargs)
-            sharded = fully_shard(model, **kwargs)
-
-        @contextlib.contextmanager
-        def no_sync() -> Iterator[None]:
-            sharded.set_requires_gradient_sync(False)
-            try:
-                yield
-            finally:
-                sharded.set_requires_gradient_sync(True)
-
-        return sharded, no_sync
+        sharded = shard(model, policy, kwargs)
+        return sharded, no_sync_of(sharded)
     raise ValueError(f"ddp_step_timer: wrapper must be one of {', '.join(WRAPPERS)}, "
                      f"got {wrapper!r}")
 

@@ -77,14 +77,14 @@ def merge_traces(traces: Sequence[Mapping[str, Any]],
 def rank_trace(trace: Mapping[str, Any], rank: int, world_size: int) -> dict[str, Any]:
     """One rank's own trace, as Holistic Trace Analysis and TraceLens read a folder of them:
     with ``distributedInfo`` holding its ``rank`` (added, with ``world_size``, where the
-    profiler did not write it; torch writes it whenever a process group exists)."""
-    out = dict(trace)
-    info = out.get("distributedInfo")
+    profiler did not write it; torch writes it whenever a process group exists), first in
+    the file: HTA takes the first ``"rank"`` it finds as the file's."""
+    info = trace.get("distributedInfo")
     info = dict(info) if isinstance(info, Mapping) else {}
     info.setdefault("rank", rank)
     info.setdefault("world_size", world_size)
-    out["distributedInfo"] = info
-    return out
+    return {"distributedInfo": info, **{k: v for k, v in trace.items()
+                                        if k != "distributedInfo"}}
 
 
 def _one_rank(trace: Mapping[str, Any], rank: int, index: int, count: int, base: int,

@@ -45,6 +45,10 @@ P2P = frozenset({"send", "recv"})
 SAME_SIZE_EVERYWHERE = frozenset({"all_reduce", "all_reduce_coalesced", "broadcast", "reduce",
                                    "all_gather", "all_gather_coalesced", "reduce_scatter",
                                    "reduce_scatter_coalesced", "barrier"})
+#: Collectives a backend runs as another, by what it runs: gloo has no reduce-scatter of its
+#: own and runs ``reduce_scatter_tensor`` as an all-reduce of the whole input (its
+#: ``gloo:all_reduce`` annotation), which belongs to the reduce-scatter call.
+RUN_AS: dict[str, tuple[str, ...]] = {"all_reduce": ("reduce_scatter",)}
 COMM_OP_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
 
 DTYPES: dict[str, tuple[str, int]] = {}

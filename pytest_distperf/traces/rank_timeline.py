@@ -30,6 +30,7 @@ from pytest_distperf.traces.names import (
     ALIASES,
     COMM_OP_PREFIXES,
     NOT_COLLECTIVES,
+    RUN_AS,
     canonical_collective,
     canonical_dtype,
 )
@@ -402,9 +403,12 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
 
     Linked ones (External id, launch correlation) are exact; the rest go to the oldest call of
     the same collective and message size still waiting for one (else the oldest of the same
-    collective): execution is in issue order per group, but gloo runs two collectives of
-    one step on two threads, and the second may start first.  An execution no call claims
-    (a collective issued from C++) becomes a call of its own.
+    collective), issued before it ran: execution is in issue order per group, but gloo runs
+    two collectives of one step on two threads, and the second may start first.  A
+    collective the backend runs as another (:data:`~pytest_distperf.traces.names.RUN_AS`:
+    gloo's reduce-scatter is an all-reduce) goes to the call it implements, so that the
+    call is counted once, at the level the code issued it.  An execution no call claims (a
+    collective issued from C++) becomes a call of its own.
     """
     waiting: dict[str, list[int]] = defaultdict(list)
     linked_ops = {i for _, i, _ in execs if i is not None}
@@ -413,16 +417,10 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
             waiting[d.name].append(i)
     for e, link, name in sorted(execs, key=lambda x: x[0].start):
         nelems, dtype, itemsize = _operator_shape(e.args)
-        target = link
+        target = link if link is not None else _claim(drafts, waiting, e, name, nelems)
         if target is None:
-            queue = waiting.get(name)
-            if queue:
-                same = [i for i in queue if drafts[i].nelems == nelems]
-                target = same[0] if same else queue[0]
-                queue.remove(target)
-            else:
-                drafts.append(_draft_from_execution(e, name))
-                target = len(drafts) - 1
+            drafts.append(_draft_from_execution(e, name))
+            target = len(drafts) - 1
         d = drafts[target]
         d.execs.append(e)
         if d.source in ("c10d", "execution"):
@@ -432,6 +430,26 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
                 d.nelems = nelems
             if not d.itemsize and itemsize and nelems == d.nelems:
                 d.dtype, d.itemsize = dtype, itemsize
+
+
+def _claim(drafts: Sequence[_Draft], waiting: Mapping[str, list[int]], e: _Ev, name: str,
+           nelems: int) -> int | None:
+    """The waiting call an unlinked execution ``e`` of ``name`` belongs to, taken off its
+    queue: a call issued before it ran, of the same collective and size, else one the
+    backend runs as ``name`` of that size, then any of the same collective, then any run as
+    ``name``; a call issued after it ran only where none was issued before; None where none
+    waits."""
+    queues = [waiting.get(name, [])] + [waiting.get(call, []) for call in RUN_AS.get(name, ())]
+    for before in (True, False):
+        for same_size in (True, False):
+            for queue in queues:
+                found = next((i for i in queue
+                              if (not before or drafts[i].event.start <= e.start)
+                              and (not same_size or drafts[i].nelems == nelems)), None)
+                if found is not None:
+                    queue.remove(found)
+                    return found
+    return None
 
 
 def _draft_from_execution(e: _Ev, name: str) -> _Draft:

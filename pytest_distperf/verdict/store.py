@@ -82,15 +82,12 @@ def baseline_path(root: Path, nodeid: str) -> Path:
     return root / relative.with_suffix(".toml")
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
-
-
 def environment_id(env: Environment) -> str:
     """The key an environment's baselines live under, e.g.
-    ``gloo-cpu-w2-torch2.13.0-amd-epyc`` or ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100``.
+    ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc`` or
+    ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100`` (:meth:`Environment.baselines_key`).
     """
-    return f"{env.key()}-{_slug(env.device_model)}"
+    return env.baselines_key()
 
 
 def _env_table(env: Environment) -> dict[str, Any]:
