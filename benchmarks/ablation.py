@@ -1,0 +1,621 @@
+"""Every part of the controlled verdict rule earns its place: remove one idea at a time.
+
+For each idea of the rule with the host-speed control (``pytest_distperf/verdict/rule.py``'s
+module docstring, ``stats.py``, ``noise.py``, ``parts.py``) a named switch takes it out by
+patching the package's functions or constants from here (the package is not changed), and
+every recorded run in ``benchmarks/data/`` is judged again (``benchmarks/replay.py``: the
+sequential screen included, a run that wants more measurements than it recorded takes them
+from the other runs of its block with the same work) against the same replay with no idea
+removed:
+
+* every recording with its controlled metric (``matmul.time_s``: R42, R44, R45;
+  ``all_reduce.4MiB.busbw_gbps``: R47, R52, R61, R69; ``step_time_s`` and
+  ``compute_time_s``: R59, the step judged by its parts as the plugin does);
+* as recorded, and on a host 10% slower and 10% faster at every compare run than at the
+  save (``replay.py --host-change``: every control and time scaled together; a bandwidth
+  divided where a time is multiplied, as ``--time-change`` allows), and for R59 the drift
+  two watchers measured on 2026-11-24 as well (the compute control 12.6% slower, the memory
+  control 17.1%, the step 21.2%: ``tests/test_replay.py``);
+* two ways for the ideas that act in a save too (the outlier set-aside, the spread limit,
+  the noise probe, the quantiles): ``stored``, each run judged against its baseline as
+  stored (the idea removed from the compare runs), and ``saves``, each baseline rebuilt from
+  its save's recorded measurements as a save stores them (``replay.rebuilt``), with and
+  without the idea (the idea removed from the save and the compare runs; the reference is
+  then the rebuilt baselines with every idea).
+
+A verdict that moves is counted by its work: a clean run (false alarm: regressed; false
+improvement: improved; inconclusive) or a slowed one (+10%, +20%: caught when regressed);
+a move is *worse* when it goes away from the goal (clean: unchanged, then inconclusive,
+then improved, then regressed; slowed: regressed, then inconclusive, unchanged, improved).
+
+    python benchmarks/ablation.py                     # every switch, a markdown table
+    python benchmarks/ablation.py --only screen --only slope-error --jobs 2
+    python benchmarks/ablation.py --list
+    python benchmarks/ablation.py --json ablation.json   # every verdict, per run
+
+Results: benchmarks/ablation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import math
+import multiprocessing
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import replay
+
+from pytest_distperf.quantiles import median_or_nan
+from pytest_distperf.records import (
+    IMPROVED,
+    INCONCLUSIVE,
+    REGRESSED,
+    UNCHANGED,
+    Verdict,
+)
+from pytest_distperf.verdict import noise, parts, rule, stats
+
+DATA = Path(__file__).resolve().parent / "data"
+BUSBW = "all_reduce.4MiB.busbw_gbps"
+TOLERANCE = replay.TOLERANCE
+
+#: (file, its metrics): a recording of ddp_verdicts.py holds the step and its compute,
+#: judged together (the step by its parts).
+RECORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("r42", ("matmul.time_s",)),
+    ("r44", ("matmul.time_s",)),
+    ("r45", ("matmul.time_s",)),
+    ("r47", (BUSBW,)),
+    ("r52", (BUSBW,)),
+    ("r61", (BUSBW,)),
+    ("r69", (BUSBW,)),
+    ("r59", ("step_time_s", "compute_time_s")),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    name: str
+    host: float  # the compute control this much slower at the compare runs
+    memory: float | None = None  # the memory control (default: as the host)
+    time: float | None = None  # the times (default: as the host; a rate: the inverse)
+    only: tuple[str, ...] = ()  # the recordings it is replayed for (default: every one)
+
+
+SCENARIOS = (
+    Scenario("0", 0.0),
+    Scenario("+10%", 0.1),
+    Scenario("-10%", -0.1),
+    Scenario("drift", 0.126, 0.171, 0.212, only=("r59",)),
+)
+
+# ---------------------------------------------------------------------------------------------
+# The switches
+
+
+_ORIG: dict[str, Any] = {name: getattr(rule, name) for name in (
+    "_memory_end", "_ends", "without_outliers", "assess_controlled", "_better_alone")}
+_ORIG_TOO_NOISY = noise.NoiseFigures.too_noisy
+
+
+def _memory_end_off(direction: bool | None) -> Callable[..., Any]:
+    """``_memory_end`` returning None (no memory end) for ``direction`` (slower: the
+    regression's; None: both)."""
+    def patched(base: Any, windows: Any, tolerance: float, *, slower: bool = True) -> Any:
+        if direction is None or slower == direction:
+            return None
+        return _ORIG["_memory_end"](base, windows, tolerance, slower=slower)
+    return patched
+
+
+def _ends_off(direction: bool | None) -> Callable[..., Any]:
+    """``_ends`` with no 1:1 end (both ends the fitted slope's) for ``direction``."""
+    def patched(base: Any, windows: Any, tolerance: float, a: Any, *,
+                slower: bool = True) -> Any:
+        if direction is None or slower == direction:
+            return a, a
+        return _ORIG["_ends"](base, windows, tolerance, a, slower=slower)
+    return patched
+
+
+def _outliers_off(direction: bool | None) -> Callable[..., Any]:
+    """``without_outliers`` keeping every measurement for ``direction`` (slower: those
+    slowed alone; False: those sped up alone; None: both)."""
+    def patched(windows: Sequence[Any], tolerance: float, *, slower: bool = True,
+                higher_is_better: bool = False) -> list[Any]:
+        if direction is None or slower == direction:
+            return list(windows)
+        return _ORIG["without_outliers"](windows, tolerance, slower=slower,
+                                         higher_is_better=higher_is_better)
+    return patched
+
+
+def _assess_noisy_judged(base: Any, windows: Any, tolerance: float, slope: Any = None, *,
+                         slower: bool = True, memory: bool = False,
+                         memory_in_proportion: bool = False) -> Any:
+    """``assess_controlled`` that trusts the pooled measurements when none is quiet (they
+    are pooled and judged all the same, as without the idea that noisy ones clear
+    nothing)."""
+    a = _ORIG["assess_controlled"](base, windows, tolerance, slope, slower=slower,
+                                   memory=memory, memory_in_proportion=memory_in_proportion)
+    return dataclasses.replace(a, noisy=())
+
+
+def _assess_rate_like_time(base: Any, windows: Any, tolerance: float, slope: Any = None, *,
+                           slower: bool = True, memory: bool = False,
+                           memory_in_proportion: bool = False) -> Any:
+    """``assess_controlled`` with a bandwidth's memory end at the slope of the two
+    controls' changes, as a time's (not the memory control's change 1:1)."""
+    return _ORIG["assess_controlled"](base, windows, tolerance, slope, slower=slower,
+                                      memory=memory, memory_in_proportion=False)
+
+
+def _control_slope(clip: tuple[float, float] = (0.0, 1.0), centre: bool = True,
+                   fixed: float | None = None) -> Callable[..., float]:
+    """``rule.control_slope`` as it is (checked against it), clipped to ``clip``, each side
+    centred on its own median or (``centre`` false) both on the median of all; ``fixed``:
+    that slope, no fit."""
+    def patched(base: Any, windows: Any) -> float:
+        if fixed is not None:
+            return fixed
+        sides = [stats.control_points(base.parts()),
+                 stats.control_points(rule._parts_of(windows))]
+        if not centre:
+            sides = [[p for side in sides for p in side]]
+        xs: list[float] = []
+        ys: list[float] = []
+        for points in sides:
+            if not points:
+                continue
+            cx = median_or_nan([x for x, _, _ in points])
+            cy = median_or_nan([y for _, y, _ in points])
+            xs += [x - cx for x, _, _ in points]
+            ys += [y - cy for _, y, _ in points]
+        x, y = np.asarray(xs), np.asarray(ys)
+        if len(x) < 3 or float(np.dot(x, x)) <= 0:
+            return 0.0
+        return float(np.clip(np.dot(x, y) / np.dot(x, x), *clip))
+    return patched
+
+
+def _always(value: Any) -> Callable[..., Any]:
+    return lambda *args, **kwargs: value
+
+
+Patch = tuple[Any, str, Any]  # (module or class, attribute, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Switch:
+    name: str
+    idea: str
+    patches: tuple[Patch, ...] = ()  # in the compare runs (and in saves, with ``saves``)
+    save_only: tuple[Patch, ...] = ()  # in the saves alone (``saves`` mode only)
+    saves: bool = False  # replayed with the baselines rebuilt as well
+    stored: bool = True  # replayed against the baselines as stored
+    no_parts: bool = False  # the step not judged by its parts
+    alternative: bool = False  # not a removal: another rule in the idea's place
+
+
+INF = math.inf
+SWITCHES: tuple[Switch, ...] = (
+    # the memory control
+    Switch("memory-end", "the memory control's veto (the memory end), both directions",
+           ((rule, "_memory_end", _memory_end_off(None)),)),
+    Switch("memory-end-regression", "the memory end of a regression",
+           ((rule, "_memory_end", _memory_end_off(True)),)),
+    Switch("memory-end-improvement", "the memory end of an improvement",
+           ((rule, "_memory_end", _memory_end_off(False)),)),
+    Switch("memory-slope-ratio", "a time's memory end at the ratio of the two controls' "
+           "changes (MEMORY_SLOPE_MAX = 1: the memory end of a time is the 1:1 end)",
+           ((rule, "MEMORY_SLOPE_MAX", 1.0),)),
+    Switch("memory-slope-max", "the cap of that ratio (MEMORY_SLOPE_MAX = inf)",
+           ((rule, "MEMORY_SLOPE_MAX", INF),)),
+    Switch("memory-rate-1:1", "a bandwidth's memory end 1:1 on the memory control's change "
+           "(judged at the ratio of the controls' changes, as a time)",
+           ((rule, "assess_controlled", _assess_rate_like_time),)),
+    # the host's change between the sides
+    Switch("between-slope", "the 1:1 end (BETWEEN_SLOPE), both directions",
+           ((rule, "_ends", _ends_off(None)),)),
+    Switch("between-slope-regression", "the 1:1 end of a regression",
+           ((rule, "_ends", _ends_off(True)),)),
+    Switch("between-slope-improvement", "the 1:1 end of an improvement",
+           ((rule, "_ends", _ends_off(False)),)),
+    Switch("slope-error", "the slope-error floor (SLOPE_ERROR = 0)",
+           ((rule, "SLOPE_ERROR", 0.0),)),
+    # the fit
+    Switch("slope-clip", "the clipping of the fitted slope to [0, 1]",
+           ((rule, "control_slope", _control_slope(clip=(-INF, INF))),)),
+    Switch("fit-centring", "each side centred on its own median in the fit (one centre)",
+           ((rule, "control_slope", _control_slope(centre=False)),)),
+    Switch("fit=1", "the fit: every time taken out 1:1 against its control (slope 1)",
+           ((rule, "control_slope", _control_slope(fixed=1.0)),), alternative=True),
+    Switch("fit=0", "the fit: slope 0 within the sides (the 1:1 end between them stays)",
+           ((rule, "control_slope", _control_slope(fixed=0.0)),), alternative=True),
+    Switch("control-level-quantile", "a measurement's control level at the 25% quantile of "
+           "its controls (CONTROL_LEVEL_QUANTILE = 0.5: the median)",
+           ((stats, "CONTROL_LEVEL_QUANTILE", 0.5),)),
+    Switch("control-estimator-quantile", "the adjusted samples judged by their 25% quantile "
+           "(CONTROL_ESTIMATOR_QUANTILE = 0.5: the median)",
+           ((rule, "CONTROL_ESTIMATOR_QUANTILE", 0.5),), saves=True),
+    # the outliers
+    Switch("outliers", "the outlier set-aside in compare runs, both directions "
+           "(OUTLIER_FACTOR = inf)", ((rule, "OUTLIER_FACTOR", INF),)),
+    Switch("outliers-slower", "the set-aside of measurements slowed alone (a regression's)",
+           ((rule, "without_outliers", _outliers_off(True)),)),
+    Switch("outliers-faster", "the set-aside of measurements sped up alone (an improvement's)",
+           ((rule, "without_outliers", _outliers_off(False)),)),
+    Switch("outliers-save", "the outlier set-aside in saves",
+           save_only=((rule, "without_outliers", _outliers_off(None)),), saves=True,
+           stored=False),
+    Switch("outliers-everywhere", "the outlier set-aside in saves and compare runs",
+           ((rule, "OUTLIER_FACTOR", INF),), saves=True, stored=False),
+    # the improvement
+    Switch("improvement-windows", "an improvement's two measurements, the last one past the "
+           "line alone (CONTROL_IMPROVEMENT_WINDOWS = 1)",
+           ((rule, "CONTROL_IMPROVEMENT_WINDOWS", 1), (rule, "_better_alone", _always(True)))),
+    Switch("better-alone", "an improvement's last measurement past the line alone (two "
+           "measurements still)", ((rule, "_better_alone", _always(True)),)),
+    # noise
+    Switch("spread-limit", "the spread limit (SPREAD_LIMIT = inf; SPREAD_RATIO with it)",
+           ((rule, "SPREAD_LIMIT", INF),), saves=True),
+    Switch("spread-ratio", "the spread limit relative to the baseline's spread "
+           "(SPREAD_RATIO = 0: SPREAD_LIMIT alone)", ((rule, "SPREAD_RATIO", 0.0),),
+           saves=True),
+    Switch("estimator-floor", "the spread's estimate never below the second-best sample "
+           "(stats.estimator_quantile: ESTIMATOR_QUANTILE alone)",
+           ((stats, "estimator_quantile", _always(stats.ESTIMATOR_QUANTILE)),), saves=True),
+    Switch("noise-probe", "the noise probe (no measurement too noisy by it)",
+           ((noise.NoiseFigures, "too_noisy", lambda self: []),), saves=True),
+    Switch("steal-limit", "the host steal limit (STEAL_LIMIT = inf)",
+           ((noise, "STEAL_LIMIT", INF),), saves=True),
+    Switch("other-load-limit", "the other processes' load limit (OTHER_LOAD_LIMIT = inf)",
+           ((noise, "OTHER_LOAD_LIMIT", INF),), saves=True),
+    Switch("wait-floor", "the ranks' CPU wait floor with the other load "
+           "(WAIT_FLOOR = -inf: the other load alone)", ((noise, "WAIT_FLOOR", -INF),),
+           saves=True),
+    Switch("wait-limit", "the CPU wait limit where the other load is unknown "
+           "(WAIT_LIMIT = inf)", ((noise, "WAIT_LIMIT", INF),), saves=True),
+    Switch("noisy-clears-nothing", "with no quiet measurement, inconclusive (the noisy "
+           "ones pooled and judged instead)",
+           ((rule, "assess_controlled", _assess_noisy_judged),)),
+    # the screen and the tests
+    Switch("screen", "the sequential screen (CONTROL_SCREEN_FRACTION = -inf: always "
+           "CONTROL_WINDOWS measurements for a verdict other than improved)",
+           ((rule, "CONTROL_SCREEN_FRACTION", -INF),)),
+    Switch("screen-at-line", "the screen's own fraction (CONTROL_SCREEN_FRACTION = "
+           "DECISION_FRACTION: unchanged as soon as the pooled change is under the line)",
+           ((rule, "CONTROL_SCREEN_FRACTION", rule.DECISION_FRACTION),), alternative=True),
+    Switch("mann-whitney", "the Mann-Whitney gate at ALPHA (ALPHA = inf)",
+           ((rule, "ALPHA", INF),)),
+    Switch("exact-pairs", "the exact Mann-Whitney p-value (EXACT_PAIRS = 0: the normal "
+           "approximation)", ((stats, "EXACT_PAIRS", 0),)),
+    Switch("min-abs-delta", "the minimum absolute delta by unit (MIN_ABS_DELTA = {})",
+           ((stats, "MIN_ABS_DELTA", {}),)),
+    Switch("parts", "the step judged by its parts (verdict/parts.py)", no_parts=True),
+)
+BY_NAME = {s.name: s for s in SWITCHES}
+REFERENCE = Switch("reference", "nothing removed")
+
+
+@contextlib.contextmanager
+def patched(patches: Sequence[Patch]) -> Iterator[None]:
+    saved = [(target, attr, getattr(target, attr)) for target, attr, _ in patches]
+    try:
+        for target, attr, value in patches:
+            setattr(target, attr, value)
+        yield
+    finally:
+        for target, attr, value in reversed(saved):
+            setattr(target, attr, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The replay
+
+
+_DATA: dict[str, dict[str, Any]] = {}
+
+
+def recording(name: str) -> dict[str, Any]:
+    if name not in _DATA:
+        _DATA[name] = replay.load_runs(DATA / f"{name}.json.gz")
+    return _DATA[name]
+
+
+def _order(run: replay.Run, pool: list[dict[str, Any]]) -> list[int]:
+    """Positions in ``pool`` of the run's measurements and then the others', to
+    ``rule.MAX_ROUNDS``: replay.padded's order (the same shuffle of the same count), as
+    positions, so that a step and its compute are padded with the same measurements."""
+    own = [next(i for i, m in enumerate(pool) if m is x) for x in run.measurements]
+    spare = [i for i, m in enumerate(pool) if m not in run.measurements]
+    random.Random(repr(run.measurements[0]["samples"][:3])).shuffle(spare)
+    return (own + spare)[: rule.MAX_ROUNDS]
+
+
+def judge(base: Any, wins: list[rule.Window]) -> tuple[str, float | None, int]:
+    """(verdict, change, measurements used), the rule asked one measurement at a time."""
+    for k in range(1, len(wins) + 1):
+        verdict, a, _, more = rule.decide(base, wins[:k], TOLERANCE, can_confirm=True)
+        if not more:
+            return verdict, a.change, k
+    return "wanted more", None, len(wins)
+
+
+def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
+               ) -> dict[str, list[tuple[float, str]]]:
+    """Per metric of recording ``name``: (slowdown, verdict) of every compare run, with
+    ``switch``'s idea removed, its baselines as stored or (``mode`` "saves") rebuilt."""
+    data = recording(name)
+    metrics = dict(RECORDINGS)[name]
+    out: dict[str, list[tuple[float, str]]] = {}
+    changes: dict[str, list[float | None]] = {}
+    first: list[replay.Run] | None = None
+    first_pool: dict[tuple[int, float], list[dict[str, Any]]] = {}
+    for metric in metrics:
+        runs = list(replay.compare_runs(data, metric))
+        pool: dict[tuple[int, float], list[dict[str, Any]]] = collections.defaultdict(list)
+        for run in runs:
+            pool[(run.block, run.extra)] += run.measurements
+        if first is None:
+            first, first_pool = runs, pool
+        assert len(runs) == len(first)
+        rate = runs[0].base.higher_is_better
+        time_change = scenario.time
+        if time_change is None and rate:
+            time_change = 1.0 / (1.0 + scenario.host) - 1.0  # a slower host: less bandwidth
+        rebuilt: dict[int, Any] = {}
+        verdicts, deltas = [], []
+        for run, lead in zip(runs, first, strict=True):
+            base = run.base
+            if mode == "saves":
+                key = id(run.base)
+                if key not in rebuilt:
+                    with patched(switch.patches + switch.save_only):
+                        rebuilt[key] = replay.rebuilt(run.base, run.saved,
+                                                      list(range(len(run.saved))))
+                base = rebuilt[key]
+            # the lead metric's order for every metric: a step and its compute come from
+            # the same measurements
+            here = pool[(run.block, run.extra)]
+            order = _order(lead, first_pool[(lead.block, lead.extra)])
+            chosen = [here[i] for i in order]
+            assert chosen[: len(run.measurements)] == run.measurements
+            wins = replay.windows(chosen, 1.0 + scenario.host, 1.0,
+                                  None if scenario.memory is None else 1.0 + scenario.memory,
+                                  None if time_change is None else 1.0 + time_change)
+            with patched(switch.patches):
+                verdict, change, _ = judge(base, wins)
+            verdicts.append((run.extra, verdict))
+            deltas.append(change)
+        out[metric] = verdicts
+        changes[metric] = deltas
+    if "step_time_s" in out and "compute_time_s" in out and not switch.no_parts:
+        out["step_time_s"] = by_parts(out["step_time_s"], changes["step_time_s"],
+                                      out["compute_time_s"], changes["compute_time_s"])
+    return out
+
+
+def by_parts(step: list[tuple[float, str]], step_change: list[float | None],
+             compute: list[tuple[float, str]], compute_change: list[float | None]
+             ) -> list[tuple[float, str]]:
+    """The step's verdicts judged by their parts (``parts.by_parts``, as the plugin does)."""
+    out = []
+    for (extra, sv), sc, (_, cv), cc in zip(step, step_change, compute, compute_change,
+                                             strict=True):
+        judged = parts.by_parts(
+            [Verdict(metric="step_time_s", verdict=sv, change=sc),
+             Verdict(metric="compute_time_s", verdict=cv, change=cc)],
+            {"step_time_s": "step", "compute_time_s": "step"}, TOLERANCE)
+        out.append((extra, judged[0].verdict))
+    return out
+
+
+def _task(args: tuple[str, str, str, Scenario]
+          ) -> tuple[tuple[str, str, str, str], dict[str, list[tuple[float, str]]]]:
+    switch_name, mode, name, scenario = args
+    switch = REFERENCE if switch_name == REFERENCE.name else BY_NAME[switch_name]
+    return (switch_name, mode, name, scenario.name), replay_one(switch, mode, name, scenario)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting
+
+
+#: How far a verdict is from the goal, by the run's work (clean; slowed).
+CLEAN_RANK = {UNCHANGED: 0, INCONCLUSIVE: 1, IMPROVED: 2, REGRESSED: 3}
+SLOWED_RANK = {REGRESSED: 0, INCONCLUSIVE: 1, UNCHANGED: 2, IMPROVED: 3}
+SHORT = {UNCHANGED: "unch", INCONCLUSIVE: "inc", IMPROVED: "imp", REGRESSED: "reg"}
+
+
+def _work(extra: float) -> str:
+    return "clean" if extra == 0 else f"+{extra:.0%}"
+
+
+def _rank(extra: float, verdict: str) -> int:
+    return (CLEAN_RANK if extra == 0 else SLOWED_RANK).get(verdict, 4)
+
+
+@dataclasses.dataclass
+class Effect:
+    """What removing an idea did to the verdicts of some replays."""
+
+    changed: int = 0
+    better: int = 0
+    worse: int = 0
+    false_alarms: int = 0  # change in the clean runs called regressed
+    false_improvements: int = 0
+    inconclusive: int = 0  # change in the clean runs called inconclusive
+    caught10: int = 0  # change in the +10% runs called regressed
+    caught20: int = 0
+    moves: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+    def add(self, before: list[tuple[float, str]], after: list[tuple[float, str]]) -> None:
+        for (extra, b), (_, a) in zip(before, after, strict=True):
+            if a == b:
+                continue
+            self.changed += 1
+            if _rank(extra, a) > _rank(extra, b):
+                self.worse += 1
+            else:
+                self.better += 1
+            self.moves[f"{_work(extra)} {SHORT.get(b, b)}>{SHORT.get(a, a)}"] += 1
+            if extra == 0:
+                self.false_alarms += (a == REGRESSED) - (b == REGRESSED)
+                self.false_improvements += (a == IMPROVED) - (b == IMPROVED)
+                self.inconclusive += (a == INCONCLUSIVE) - (b == INCONCLUSIVE)
+            elif abs(extra - 0.1) < 1e-9:
+                self.caught10 += (a == REGRESSED) - (b == REGRESSED)
+            else:
+                self.caught20 += (a == REGRESSED) - (b == REGRESSED)
+
+    def goals(self) -> str:
+        figures = [("false alarms", self.false_alarms),
+                   ("false improvements", self.false_improvements),
+                   ("clean inconclusive", self.inconclusive),
+                   ("10% caught", self.caught10), ("20% caught", self.caught20)]
+        shown = [f"{label} {value:+d}" for label, value in figures if value]
+        if not self.changed:
+            return "none"
+        return ", ".join(shown) or "none (the moves cancel)"
+
+
+def _label(name: str, metric: str) -> str:
+    short = {"step_time_s": "step", "compute_time_s": "compute"}.get(metric, "")
+    return f"{name}{'/' + short if short else ''}"
+
+
+def tasks_for(switches: Sequence[Switch]) -> list[tuple[str, str, str, Scenario]]:
+    modes = {"stored": any(s.stored for s in switches),
+             "saves": any(s.saves for s in switches)}
+    out = []
+    for s in (REFERENCE, *switches):
+        for mode in ("stored", "saves"):
+            if not modes[mode] or (s is not REFERENCE and not (
+                    s.stored if mode == "stored" else s.saves)):
+                continue
+            for name, _ in RECORDINGS:
+                for scenario in SCENARIOS:
+                    if scenario.only and name not in scenario.only:
+                        continue
+                    out.append((s.name, mode, name, scenario))
+    return out
+
+
+def decision(effect: Effect) -> tuple[str, str]:
+    """(keep or remove, why) by the issue's rule."""
+    if not effect.changed:
+        return "remove", "changes no recorded verdict"
+    if not effect.worse:
+        return "remove", f"its removal only makes verdicts better ({effect.better})"
+    severe = (effect.false_alarms > 0 or effect.false_improvements > 0
+              or effect.caught10 < 0 or effect.caught20 < 0)
+    lost = [m for m in effect.moves if (m.startswith("clean") and m.endswith((">reg", ">imp")))
+            or (not m.startswith("clean") and " reg>" in m)]
+    why = (f"its removal makes {effect.worse} verdict(s) worse"
+           + (f" ({', '.join(sorted(lost))})" if lost else " (inconclusive, never false)")
+           + (f" and {effect.better} better" if effect.better else ""))
+    return "keep", why + ("" if severe or lost else "; only inconclusive ones: a judgement call")
+
+
+def _progress(items: Iterator[Any], total: int) -> Iterator[Any]:
+    """``items``, with a line on stderr every 50 of them."""
+    started = time.monotonic()
+    for i, item in enumerate(items, 1):
+        if i % 50 == 0 or i == total:
+            print(f"ablation: {i}/{total} replays, {time.monotonic() - started:.0f} s",
+                  file=sys.stderr, flush=True)
+        yield item
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", action="append", metavar="SWITCH",
+                        help="these switches (repeatable; default: every one)")
+    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--list", action="store_true", help="list the switches and stop")
+    parser.add_argument("--json", type=Path, help="write every verdict here")
+    args = parser.parse_args(argv)
+    if args.list:
+        for s in SWITCHES:
+            print(f"{s.name:28} {s.idea}")
+        return 0
+    unknown = [n for n in args.only or [] if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"ablation: no switch {', '.join(unknown)} (--list)")
+    switches = [BY_NAME[n] for n in args.only] if args.only else list(SWITCHES)
+    tasks = tasks_for(switches)
+    started = time.monotonic()
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as workers:
+            results = dict(_progress(workers.imap_unordered(_task, tasks), len(tasks)))
+    else:
+        results = dict(_progress(map(_task, tasks), len(tasks)))
+    seconds = time.monotonic() - started
+    if args.json:
+        args.json.write_text(json.dumps({"|".join(k): v for k, v in results.items()}))
+
+    def verdicts(switch: str, mode: str) -> Iterator[tuple[str, str, list, list]]:
+        for (s, m, name, scen), per_metric in sorted(results.items()):
+            if s != switch or m != mode:
+                continue
+            for metric, after in per_metric.items():
+                before = results[(REFERENCE.name, mode, name, scen)][metric]
+                yield _label(name, metric), scen, before, after
+
+    print(f"# {len(tasks)} replays in {seconds:.0f} s\n")
+    print("## The reference: every idea (verdicts per work, all replays)\n")
+    print("| mode | recording | host | clean | +10% | +20% |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (s, mode, name, scen), per_metric in sorted(results.items()):
+        if s != REFERENCE.name:
+            continue
+        for metric, vs in per_metric.items():
+            cells = []
+            for extra in (0.0, 0.1, 0.2):
+                c = collections.Counter(v for e, v in vs if abs(e - extra) < 1e-9)
+                cells.append(", ".join(f"{SHORT.get(k, k)} {n}" for k, n in sorted(c.items()))
+                             or "-")
+            print(f"| {mode} | {_label(name, metric)} | {scen} | {' | '.join(cells)} |")
+    print("\n## Each idea removed\n")
+    print("| idea | switch | mode | verdicts changed (recording@host: n) | effect on goals "
+          "(as recorded; host moved) | moves | keep or remove |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for s in switches:
+        for mode in ("stored", "saves"):
+            if not (s.stored if mode == "stored" else s.saves):
+                continue
+            total, recorded, moved = Effect(), Effect(), Effect()
+            cells = []
+            for label, scen, before, after in verdicts(s.name, mode):
+                e = Effect()
+                e.add(before, after)
+                total.add(before, after)
+                (recorded if scen == "0" else moved).add(before, after)
+                if e.changed:
+                    cells.append(f"{label}@{scen}: {e.changed}")
+            keep, why = decision(total)
+            if s.alternative:
+                keep = "(an alternative)"
+            moves = "; ".join(f"{m} {n}" for m, n in sorted(total.moves.items())) or "-"
+            print(f"| {s.idea} | `{s.name}` | {mode} | {', '.join(cells) or 'none'} "
+                  f"({total.changed}: {total.worse} worse, {total.better} better) | "
+                  f"{recorded.goals()}; {moved.goals()} | {moves} | **{keep}**: {why} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
