@@ -164,7 +164,7 @@ class DistperfSession:
             if backend == "nccl" and self.visible_gpus == 0:
                 raise pytest.UsageError(
                     "--distperf-backend nccl: no CUDA device is visible to this torchrun rank")
-            from pytest_distperf.launcher import TorchrunEngine
+            from pytest_distperf.torchrun import TorchrunEngine
 
             self._engine = TorchrunEngine(backend, cfg.timeout_s)
             self.world_size = self._engine.world_size

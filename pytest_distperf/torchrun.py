@@ -1,0 +1,104 @@
+"""The engine under ``torchrun``: the group torchrun built, ``fn`` run on this rank and the
+results gathered with ``all_gather_object`` (the spawned pool's counterpart,
+:class:`~pytest_distperf.launcher.RankPool`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import traceback
+from typing import Any
+
+from pytest_distperf.launcher import RankError, threads_per_rank
+from pytest_distperf.rank import worker
+
+#: What follows a destroyed group under torchrun: the group is the job's, built once.
+TORCHRUN_DESTROYED = ("torchrun's group cannot be rebuilt inside the job, so this test and "
+                      "every later test of this run fail")
+
+
+class TorchrunEngine:
+    """The group torchrun built: ``fn`` runs on this rank, results are all-gathered.
+
+    As in the pool, what a call changes in this process (working directory, environment,
+    torch's thread count) is put back after it.  A call that destroys the group fails its
+    test, and every later call fails at once with the reason: torchrun's group cannot be
+    rebuilt inside the job.
+    """
+
+    mode = "torchrun"
+
+    def __init__(self, backend: str, timeout_s: float) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.rank = int(os.environ["RANK"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        if not dist.is_initialized():
+            kwargs: dict[str, Any] = {}
+            if backend == "nccl":
+                torch.cuda.set_device(self.local_rank)
+                kwargs["device_id"] = torch.device("cuda", self.local_rank)
+            dist.init_process_group(
+                backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
+            )
+        self.backend = dist.get_backend()
+        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
+        torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+        self._subgroups: dict[int, Any] = {self.world_size: None}
+        self._info: list[dict[str, Any]] | None = None
+        #: Why this rank can run no more calls (its group was destroyed); '' while it can.
+        self._broken = ""
+
+    def execute(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
+        __tracebackhide__ = True
+        import torch.distributed as dist
+
+        if self._broken:
+            raise RankError(f"{label} was not run: an earlier call broke the group of this "
+                            f"rank: {self._broken}", (self.rank,))
+        if size not in self._subgroups:
+            self._subgroups[size] = dist.new_group(list(range(size)))
+        reply: tuple[Any, ...] = ("skip",)
+        if self.rank < size:
+            worker.set_phase(label)
+            try:
+                reply = ("ok", worker.run_here(fn, args, kwargs, self._subgroups[size]))
+            except Exception as exc:  # every rank must still reach the gather below
+                reply = ("err", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            self._broken = worker.destroyed(self.rank, TORCHRUN_DESTROYED)
+            if self._broken:  # this rank cannot reach the gather
+                raise RankError(self._broken, (self.rank,))
+        gathered: list[Any] = [None] * self.world_size
+        try:
+            dist.all_gather_object(gathered, reply)
+        except Exception as exc:  # another rank destroyed its group, or died
+            self._broken = (f"RuntimeError: gathering the results failed on rank {self.rank} "
+                            f"({type(exc).__name__}: {exc}); another rank destroyed the "
+                            f"process group or died, and {TORCHRUN_DESTROYED}")
+            raise RankError(self._broken, (self.rank,)) from None
+        errors = [(r, g) for r, g in enumerate(gathered[:size]) if g[0] == "err"]
+        if errors:
+            raise RankError(
+                "\n\n".join(f"rank {r} raised {g[1]}\n{g[2]}" for r, g in errors),
+                tuple(r for r, _ in errors),
+            )
+        return [g[1] for g in gathered[:size]]
+
+    def rank_info(self) -> list[dict[str, Any]]:
+        if self._info is None:
+            import torch.distributed as dist
+
+            device = self.local_rank if self.backend == "nccl" else None
+            mine = worker.describe(self.rank, self.backend, device)
+            gathered: list[Any] = [None] * self.world_size
+            dist.all_gather_object(gathered, mine)
+            self._info = gathered
+        return list(self._info)
+
+    def close(self) -> None:
+        """torchrun owns the group; it is torn down when the processes exit."""
