@@ -52,13 +52,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import replay
 
-from pytest_distperf.quantiles import median_or_nan
 from pytest_distperf.records import (
     IMPROVED,
     INCONCLUSIVE,
@@ -175,19 +172,7 @@ def _control_slope(clip: tuple[float, float] = (0.0, 1.0), centre: bool = True,
                  stats.control_points(rule._parts_of(windows))]
         if not centre:
             sides = [[p for side in sides for p in side]]
-        xs: list[float] = []
-        ys: list[float] = []
-        for points in sides:
-            if not points:
-                continue
-            cx = median_or_nan([x for x, _, _ in points])
-            cy = median_or_nan([y for _, y, _ in points])
-            xs += [x - cx for x, _, _ in points]
-            ys += [y - cy for _, y, _ in points]
-        x, y = np.asarray(xs), np.asarray(ys)
-        if len(x) < 3 or float(np.dot(x, x)) <= 0:
-            return 0.0
-        return float(np.clip(np.dot(x, y) / np.dot(x, x), *clip))
+        return rule.fitted_slope(sides, clip)
     return patched
 
 

@@ -445,9 +445,16 @@ def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
 
     Whole measurements, not single samples: a sample's control carries its own jitter,
     which would flatten the slope (0.3 instead of 0.7 for a matmul loop here)."""
+    return fitted_slope((control_points(base.parts()), control_points(_parts_of(windows))))
+
+
+def fitted_slope(sides: Sequence[Sequence[tuple[float, float, Sequence[float]]]],
+                 clip: tuple[float, float] = (0.0, 1.0)) -> float:
+    """The least-squares slope of y on x over the (x, y, ...) points of every side, each
+    side centred on its own medians, clipped to ``clip``; 0 with under three points."""
     xs: list[float] = []
     ys: list[float] = []
-    for points in (control_points(base.parts()), control_points(_parts_of(windows))):
+    for points in sides:
         if not points:
             continue
         cx = median_or_nan([x for x, _, _ in points])
@@ -457,7 +464,7 @@ def control_slope(base: StoredMetric, windows: Sequence[Window]) -> float:
     x, y = np.asarray(xs), np.asarray(ys)
     if len(x) < 3 or float(np.dot(x, x)) <= 0:
         return 0.0
-    return float(np.clip(np.dot(x, y) / np.dot(x, x), 0.0, 1.0))
+    return float(np.clip(np.dot(x, y) / np.dot(x, x), *clip))
 
 
 def assess_controlled(base: StoredMetric, windows: Sequence[Window], tolerance: float,
