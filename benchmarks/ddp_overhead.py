@@ -131,7 +131,7 @@ def bare_loop_on_rank(spec: Any) -> list[float]:
 def bare_steps_s(pool: Any, model_fn: Any, batch_fn: Any, steps: int, warmup: int,
                  ranks: int) -> tuple[float, ...]:
     """Per step of the bare loop, the slowest rank's time."""
-    from pytest_distperf.analyzer import per_step_max
+    from pytest_distperf.analysis.analyzer import per_step_max
     from pytest_distperf.rank.ddp import StepSpec
 
     spec = StepSpec(model_fn, batch_fn, steps=steps, warmup=warmup)
@@ -213,9 +213,9 @@ def main() -> None:
     args = parser.parse_args()
     rounds, steps = (3, 10) if args.quick else (args.rounds, args.steps)
 
-    from pytest_distperf.group import DistGroup
-    from pytest_distperf.launcher import RankPool
-    from pytest_distperf.steptimer import DDPStepTimer
+    from pytest_distperf.fixtures.group import DistGroup
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
+    from pytest_distperf.pool.launcher import RankPool
 
     pool = RankPool(args.ranks, "gloo", timeout_s=600)
     try:

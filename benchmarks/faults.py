@@ -59,9 +59,9 @@ from fault_cases import (  # noqa: E402
     wait_gone,
 )
 
-from pytest_distperf import leftovers  # noqa: E402
-from pytest_distperf.launcher import RankError, RankPool  # noqa: E402
-from pytest_distperf.ranklogs import CAP_BYTES  # noqa: E402
+from pytest_distperf.pool import leftovers  # noqa: E402
+from pytest_distperf.pool.launcher import RankError, RankPool  # noqa: E402
+from pytest_distperf.pool.ranklogs import CAP_BYTES  # noqa: E402
 
 Row = tuple[str, str, str, str, str]
 

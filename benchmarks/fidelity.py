@@ -96,8 +96,8 @@ def busbw_gbps(nbytes: int, seconds: float, ranks: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     from pytest_distperf.config import format_size, parse_size
-    from pytest_distperf.group import DistGroup
-    from pytest_distperf.launcher import RankPool
+    from pytest_distperf.fixtures.group import DistGroup
+    from pytest_distperf.pool.launcher import RankPool
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=2)

@@ -218,8 +218,8 @@ def check_bench(group: Any, sizes: tuple[str, ...], rounds: int, iters: int) -> 
 
 def check_steps(group: Any, model: tuple[Callable, Callable], rounds: int,
                 steps: int) -> list[dict]:
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
     from pytest_distperf.rank.ddp import StepSpec
-    from pytest_distperf.steptimer import DDPStepTimer
 
     timer = DDPStepTimer(group)
     model_fn, batch_fn = model
@@ -289,7 +289,7 @@ def train_step(state: Any) -> None:
 def check_profile(group: Any, model: tuple[Callable, Callable], out: Path) -> dict:
     import gzip
 
-    from pytest_distperf.profiler import DistProfiler, rank_trace_dir
+    from pytest_distperf.fixtures.profiler import DistProfiler, rank_trace_dir
 
     prof = DistProfiler(group, trace_dir=out, nodeid="gpu_check.py::profile")
     prof.warmup = 2
@@ -349,7 +349,7 @@ def mlp() -> Any:
 def check_launch_bound(group: Any, out: Path) -> dict:
     """The examples' MLP step profiled at a CPU-sized and a GPU-sized batch: how much of
     each step the device is busy (a launch-bound step times the host, not the device)."""
-    from pytest_distperf.profiler import DistProfiler, rank_trace_dir
+    from pytest_distperf.fixtures.profiler import DistProfiler, rank_trace_dir
 
     got = {}
     for rows in (256, 65536):
@@ -398,7 +398,7 @@ def hta_overlap(folder: Path) -> dict:
 def check_finding(group: Any) -> dict:
     """The step timer on the examples' MLP at a CPU-sized and a GPU-sized batch: the
     device's busy share it reports and the findings it raises."""
-    from pytest_distperf.steptimer import DDPStepTimer
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
     timer = DDPStepTimer(group)
     got = {}
@@ -437,8 +437,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from pytest_distperf.group import DistGroup
-    from pytest_distperf.launcher import RankPool
+    from pytest_distperf.fixtures.group import DistGroup
+    from pytest_distperf.pool.launcher import RankPool
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend = "nccl" if gpus else "gloo"

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--pools, --rounds and --steps must be at least 2")
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from pytest_distperf.launcher import RankPool
+    from pytest_distperf.pool.launcher import RankPool
 
     started = datetime.datetime.now(datetime.timezone.utc)
     pools = []

@@ -35,7 +35,7 @@ def trivial() -> int:
 
 
 def warm_run_ms(world_size: int, calls: int) -> list[float]:
-    from pytest_distperf.launcher import RankPool
+    from pytest_distperf.pool.launcher import RankPool
 
     pool = RankPool(world_size, "gloo", timeout_s=120)
     try:
@@ -51,7 +51,7 @@ def warm_run_ms(world_size: int, calls: int) -> list[float]:
 
 
 def fresh_group_s(world_size: int, repeats: int) -> list[float]:
-    from pytest_distperf.launcher import RankPool
+    from pytest_distperf.pool.launcher import RankPool
 
     samples = []
     for _ in range(repeats):

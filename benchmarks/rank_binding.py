@@ -1,7 +1,7 @@
 """Bound or not: how binding each CPU rank to its own cores changes what the ranks measure.
 
 The plugin binds every rank of a gloo pool to its own cores where the ranks fit on them
-(``pytest_distperf.launcher.rank_cores``; ``--distperf-no-bind`` leaves them to the
+(``pytest_distperf.pool.launcher.rank_cores``; ``--distperf-no-bind`` leaves them to the
 scheduler).  This measures why, on this machine: fresh pairs of gloo ranks, alternately
 bound (rank r on core r) and unbound, each taking several measurements of
 

@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pytest_distperf.quantiles import median_or_nan
+from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.verdict import rule
 from pytest_distperf.verdict.noise import NoiseFigures
 from pytest_distperf.verdict.store import BaselineFile, StoredMetric

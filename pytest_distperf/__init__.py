@@ -8,26 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_distperf.collectives import OPS, WrongResultError
+from pytest_distperf.analysis.topology import slow_pairs, suspect_ranks
 from pytest_distperf.config import ConfigError, parse_size
-from pytest_distperf.launcher import RankError, RankTimeout
-from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import (
-    Bottleneck,
+from pytest_distperf.fixtures.collectives import OPS, WrongResultError
+from pytest_distperf.fixtures.results.group import (
     CollectiveResult,
     CollectiveRow,
-    CollectiveStat,
-    Environment,
     MeasureResult,
-    Metric,
     PairMatrix,
-    ProfileReport,
-    RankProfile,
-    ScalingPoint,
-    ScalingResult,
-    StepTiming,
-    Verdict,
 )
+from pytest_distperf.fixtures.results.profile import CollectiveStat, ProfileReport, RankProfile
+from pytest_distperf.fixtures.results.steps import ScalingPoint, ScalingResult, StepTiming
+from pytest_distperf.pool.launcher import RankError, RankTimeout
+from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.records import Bottleneck, Environment, Metric, Verdict
 
 __version__ = "0.1.0"
 
@@ -55,6 +49,8 @@ __all__ = [
     "__version__",
     "parse_size",
     "set_phase",
+    "slow_pairs",
+    "suspect_ranks",
 ]
 
 
@@ -62,7 +58,7 @@ def __getattr__(name: str) -> Any:
     # DesyncError lives with the trace analysis, which needs numpy: imported on first use so
     # that loading the plugin stays cheap in every pytest run.
     if name == "DesyncError":
-        from pytest_distperf.traces.desync import DesyncError
+        from pytest_distperf.analysis.traces.desync import DesyncError
 
         return DesyncError
     raise AttributeError(f"module 'pytest_distperf' has no attribute {name!r}")

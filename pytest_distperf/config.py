@@ -11,6 +11,7 @@ import dataclasses
 import math
 import numbers
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeGuard
 
@@ -367,3 +368,13 @@ def place_ranks(requested_backend: str, gpus: int | None, visible_gpus: int,
             f"{visible_gpus} are visible; lower --gpus, use fewer xdist workers, or use "
             f"--distperf-backend gloo")
     return Placement(world, backend, offset if backend == "nccl" else 0)
+
+
+def resolve_thresholds(*layers: Mapping[str, float] | None) -> dict[str, float]:
+    """The defaults overridden by each layer in turn (ini, environment, marker); keys that
+    are not thresholds (``tolerance``, ``world_size``) are left out."""
+    out = dict(DEFAULT_THRESHOLDS)
+    for layer in layers:
+        if layer:
+            out.update({k: float(v) for k, v in layer.items() if k in DEFAULT_THRESHOLDS})
+    return out

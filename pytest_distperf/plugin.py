@@ -32,7 +32,7 @@ from pytest_distperf.config import (
     parse_timeout,
     parse_tolerance,
 )
-from pytest_distperf.outputs import Outputs
+from pytest_distperf.fixtures.results import record_from_dict, record_to_dict
 from pytest_distperf.records import (
     Environment,
     Measurement,
@@ -40,10 +40,9 @@ from pytest_distperf.records import (
     Remeasure,
     TestRecord,
     from_dict,
-    record_from_dict,
-    record_to_dict,
     to_dict,
 )
+from pytest_distperf.report.outputs import Outputs
 from pytest_distperf.session import (
     LIMITS_KEY,
     RECORD_KEY,
@@ -230,7 +229,7 @@ def _path(config: pytest.Config, value: object, flag: str, source: str, *,
 def build_outputs(config: pytest.Config, cfg: DistperfConfig) -> Outputs:
     """The files to write at the end of the run; ConfigError naming the option and its
     source for a bad value."""
-    from pytest_distperf.export import parse_format
+    from pytest_distperf.report.export import parse_format
 
     paths: dict[str, Path] = {}
     for flag, ini, _ in _OUTPUT_OPTIONS:
@@ -278,7 +277,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     if cfg.enabled and outputs.plots_dir is not None:
-        from pytest_distperf.plots import PlotError, require_matplotlib
+        from pytest_distperf.report.plots import PlotError, require_matplotlib
 
         try:
             require_matplotlib()
@@ -332,7 +331,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     start = None
     if session is not None and session.cfg.enabled and is_distperf_test(item):
         start = session.noise_snapshot()
-    from pytest_distperf.report import junit_properties
+    from pytest_distperf.report.terminal import junit_properties
 
     try:
         result = yield
@@ -362,8 +361,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if (session is None or not session.cfg.enabled or not session.is_reporter
             or session.is_xdist_worker):
         return
-    from pytest_distperf import report
-    from pytest_distperf.outputs import write_outputs
+    from pytest_distperf.report import terminal as report
+    from pytest_distperf.report.outputs import write_outputs
 
     records = session.records + _records_from_xdist_workers(config)
     quiet = config.get_verbosity() < 0
@@ -438,7 +437,7 @@ def ddp_step_timer(request: pytest.FixtureRequest) -> Any:
     """Time DDP/FSDP2 training steps on the group: ``ddp_step_timer(model_fn, batch_fn,
     steps=20, warmup=3, world_size=None, loss_fn=None, wrapper="ddp") -> StepTiming`` and
     ``ddp_step_timer.scaling(model_fn, batch_fn, world_sizes=(1, 2, 4), mode="weak")``."""
-    from pytest_distperf.steptimer import DDPStepTimer
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
     group, limits = make_group(request)
     return DDPStepTimer(group, limits.thresholds)
@@ -449,7 +448,7 @@ def dist_profiler(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """Profile a function on every rank: ``dist_profiler(fn, *args, world_size=None,
     **kwargs) -> ProfileReport``; the ranks' traces are merged into one Chrome/Perfetto file
     in ``--distperf-trace DIR`` (default: the test's ``tmp_path``)."""
-    from pytest_distperf.profiler import DistProfiler
+    from pytest_distperf.fixtures.profiler import DistProfiler
 
     session = get_session(request.config)
     group, limits = make_group(request)
@@ -459,9 +458,9 @@ def dist_profiler(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 def make_group(request: pytest.FixtureRequest) -> tuple[Any, TestLimits]:
-    """The test's :class:`~pytest_distperf.group.DistGroup`, recording into its record, and
+    """The test's :class:`~pytest_distperf.fixtures.group.DistGroup`, recording into its record, and
     the test's limits (resolved here, once, for the fixtures' analyses and the verdict)."""
-    from pytest_distperf.group import DistGroup
+    from pytest_distperf.fixtures.group import DistGroup
 
     session = get_session(request.config)
     item = request.node

@@ -28,6 +28,7 @@ from pytest_distperf.config import (
     ConfigError,
     DistperfConfig,
     place_ranks,
+    resolve_thresholds,
     validate_marker_kwargs,
 )
 from pytest_distperf.records import (
@@ -40,7 +41,7 @@ from pytest_distperf.records import (
     distinct,
 )
 from pytest_distperf.verdict import noise
-from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
+from pytest_distperf.verdict.thresholds import check_thresholds
 
 if TYPE_CHECKING:  # the verdict's rule and store need numpy: imported where they are used
     from pytest_distperf.verdict.judgement import Remeasured
@@ -164,7 +165,7 @@ class DistperfSession:
             if backend == "nccl" and self.visible_gpus == 0:
                 raise pytest.UsageError(
                     "--distperf-backend nccl: no CUDA device is visible to this torchrun rank")
-            from pytest_distperf.torchrun import TorchrunEngine
+            from pytest_distperf.pool.torchrun import TorchrunEngine
 
             self._engine = TorchrunEngine(backend, cfg.timeout_s)
             self.world_size = self._engine.world_size
@@ -190,7 +191,7 @@ class DistperfSession:
     @property
     def engine(self) -> Any:
         if self._engine is None:
-            from pytest_distperf.launcher import RankPool
+            from pytest_distperf.pool.launcher import RankPool
 
             self._engine = RankPool(self.world_size, self.backend,
                                     device_offset=self.device_offset,
@@ -229,7 +230,7 @@ class DistperfSession:
         if self.mode == "torchrun":
             pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
         else:
-            from pytest_distperf.launcher import rank_cores, threads_per_rank
+            from pytest_distperf.pool.launcher import rank_cores, threads_per_rank
 
             bound = (self.cfg.bind_ranks
                      and rank_cores(self.world_size, self.backend) is not None)
@@ -392,7 +393,7 @@ class DistperfSession:
         def each_round(labels: list[str]) -> Iterator[float]:
             started = time.monotonic()
             if self._fresh_ranks() and any(measurements[label].fresh_ranks for label in labels):
-                from pytest_distperf.launcher import RankError
+                from pytest_distperf.pool.launcher import RankError
 
                 pool = self.engine.sibling()
                 try:
@@ -433,7 +434,7 @@ class DistperfSession:
         those measured on a subgroup, such as a scaling sweep's ``.w1`` points: the sweep
         depends on the size of the run.
         """
-        from pytest_distperf import report
+        from pytest_distperf.report import terminal as report
         from pytest_distperf.verdict.judgement import Save, make_judgement, settle
         from pytest_distperf.verdict.rule import MAX_ROUNDS
         from pytest_distperf.verdict.store import (

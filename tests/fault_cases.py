@@ -127,7 +127,7 @@ def floods(megabytes: int) -> int:
     for _ in range(megabytes * 1024):
         sys.stdout.write(line)
     sys.stdout.flush()
-    from pytest_distperf.ranklogs import CAP_BYTES
+    from pytest_distperf.pool.ranklogs import CAP_BYTES
 
     deadline = time.monotonic() + 60
     size = os.fstat(1).st_size

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from pytest_distperf import analyzer, findings, topology
-from pytest_distperf.analyzer import (
+from pytest_distperf.analysis import analyzer, findings, topology
+from pytest_distperf.analysis.analyzer import (
     analyze_steps,
     batch_shares,
     communication_summary,
@@ -21,22 +21,14 @@ from pytest_distperf.analyzer import (
     phase_stats,
     scaling_result,
 )
-from pytest_distperf.findings import MIN_BATCH_SHARE, recommendations, severity
-from pytest_distperf.intervals import union_length as interval_union
-from pytest_distperf.records import (
-    Bottleneck,
-    CommCall,
-    CommCount,
-    PairMatrix,
-    PairRow,
-    RankStep,
-    ScalingResult,
-    StepTiming,
-    from_dict,
-    to_dict,
-)
-from pytest_distperf.steptimer import comm_count_metrics, scaling_metrics, step_metrics
-from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
+from pytest_distperf.analysis.findings import MIN_BATCH_SHARE, recommendations, severity
+from pytest_distperf.common.intervals import union_length as interval_union
+from pytest_distperf.config import resolve_thresholds
+from pytest_distperf.fixtures.results.group import PairMatrix, PairRow
+from pytest_distperf.fixtures.results.steps import CommCount, ScalingResult, StepTiming
+from pytest_distperf.fixtures.steptimer import comm_count_metrics, scaling_metrics, step_metrics
+from pytest_distperf.records import Bottleneck, CommCall, RankStep, from_dict, to_dict
+from pytest_distperf.verdict.thresholds import check_thresholds
 
 N_STEPS = 10
 JITTER = (1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 1.03, 0.97, 1.0, 1.01)
@@ -572,7 +564,7 @@ def test_scaling_metrics_record_efficiency_above_the_smallest_size() -> None:
     assert "communication grows" in breach.describe()
 
 
-# -- the pair matrix by node (pytest_distperf.topology, analyzer.pairs_by_node) ---------------
+# -- the pair matrix by node (analysis.topology, analyzer.pairs_by_node) ---------------------
 PAIR_BYTES = 64 * 1024
 
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import tomli_w
 
-from pytest_distperf import report
 from pytest_distperf import verdict as bl
 from pytest_distperf.records import (
     Environment,
@@ -26,6 +25,7 @@ from pytest_distperf.records import (
     from_dict,
     to_dict,
 )
+from pytest_distperf.report import terminal as report
 from pytest_distperf.verdict import rule
 from pytest_distperf.verdict.noise import STEAL_LIMIT, WAIT_LIMIT, NoiseFigures, Snapshot, between
 
@@ -1302,7 +1302,7 @@ def test_a_busy_child_of_a_measured_process_is_not_a_neighbour() -> None:
     """A rank's DataLoader worker, a process a test starts: its CPU time is the test's.  The
     same busy loop reads as far less other load as the child of a measured process than as a
     stranger; asserted as a ratio of two readings in one run."""
-    from pytest_distperf import procs
+    from pytest_distperf.common import procs
 
     loop = "while True: pass"
     rank = _detached(f"import subprocess, sys; subprocess.run([sys.executable, '-c', {loop!r}])")

@@ -16,21 +16,15 @@ from typing import Any
 
 import pytest
 
-from pytest_distperf import collectives, report
-from pytest_distperf.collectives import OPS, build_result, plan
-from pytest_distperf.records import (
-    INFORMATIONAL,
-    BenchSpec,
-    Measurement,
-    PairMatrix,
-    PairRow,
-    SizeOutcome,
-    TestRecord,
-    record_from_dict,
-    record_to_dict,
-)
+from pytest_distperf.analysis.topology import slow_pairs, suspect_ranks
+from pytest_distperf.fixtures import collectives
+from pytest_distperf.fixtures.collectives import OPS, build_result, plan
+from pytest_distperf.fixtures.results import record_from_dict, record_to_dict
+from pytest_distperf.fixtures.results.group import PairMatrix, PairRow
+from pytest_distperf.records import INFORMATIONAL, BenchSpec, Measurement, SizeOutcome, TestRecord
+from pytest_distperf.report import terminal as report
 
-#: nccl-tests' bus factors, written out independently of collectives.BUS_FACTORS.
+#: nccl-tests' bus factors, written out independently of records.BUS_FACTORS.
 EXPECTED_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -208,19 +202,19 @@ def test_pair_matrix_points_at_a_slow_device() -> None:
     bad = {(s, d): 3.0 for s in range(4) for d in range(4) if s != d and 2 in (s, d)}
     m = _matrix(4, bad)
     assert m.matrix()[2][2] is None and m.matrix()[0][1] == 10.0 and m.matrix()[2][0] == 3.0
-    assert len(m.slow_pairs()) == 6
-    assert m.suspect_ranks() == [2]
+    assert len(slow_pairs(m)) == 6
+    assert suspect_ranks(m) == [2]
     lines = report.pair_matrix_lines(m)
     assert any("suspect rank(s) 2" in line for line in lines)
 
 
 def test_pair_matrix_points_at_a_slow_link_not_a_rank() -> None:
     m = _matrix(4, {(1, 3): 2.0, (3, 1): 2.5})
-    assert [(p.src, p.dst) for p in m.slow_pairs()] == [(1, 3), (3, 1)]
-    assert m.suspect_ranks() == []
+    assert [(p.src, p.dst) for p in slow_pairs(m)] == [(1, 3), (3, 1)]
+    assert suspect_ranks(m) == []
     assert any("suspect the link" in line for line in report.pair_matrix_lines(m))
     healthy = _matrix(4, {})
-    assert healthy.slow_pairs() == [] and healthy.suspect_ranks() == []
+    assert slow_pairs(healthy) == [] and suspect_ranks(healthy) == []
     (metric,) = m.metrics()
     assert metric.name == "pairs.1MiB.min_busbw_gbps" and metric.value == 2.0
 
@@ -252,7 +246,7 @@ import json, math, statistics
 import pytest
 import torch
 import torch.distributed as dist
-from pytest_distperf.collectives import OPS, WrongResultError
+from pytest_distperf.fixtures.collectives import OPS, WrongResultError
 
 FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -306,7 +300,7 @@ def test_other_dtypes_are_checked(nccl_group):
 @pytest.mark.distperf(world_size=2)
 def test_a_time_floor_adds_calls(nccl_group):
     import dataclasses
-    from pytest_distperf.collectives import plan
+    from pytest_distperf.fixtures.collectives import plan
     from pytest_distperf.rank.collectives import bench_on_rank
 
     exact = nccl_group.bench("all_reduce", "4KiB", warmup=1, iters=2)
@@ -453,8 +447,8 @@ def test_bench_on_real_gloo_groups(pytester: pytest.Pytester,
 
 
 def test_busbw_as_a_fraction_of_the_links_peak() -> None:
-    from pytest_distperf import hardware
-    from pytest_distperf.report import collective_table
+    from pytest_distperf.analysis import hardware
+    from pytest_distperf.report.terminal import collective_table
 
     spec = _spec("all_reduce", 8, (1 << 20, 1 << 26))
     per_rank = [[SizeOutcome((1e-3, 1e-3), 0, ""), SizeOutcome((2e-4, 2e-4), 0, "")]] * 8

@@ -23,21 +23,14 @@ from pytest_distperf.config import (
     parse_timeout,
     parse_tolerance,
     place_ranks,
+    resolve_thresholds,
     validate_marker_kwargs,
 )
-from pytest_distperf.launcher import host_cores
-from pytest_distperf.records import (
-    Environment,
-    Measurement,
-    MeasureResult,
-    Metric,
-    TestRecord,
-    from_dict,
-    record_from_dict,
-    record_to_dict,
-    to_dict,
-)
-from pytest_distperf.verdict.thresholds import check_thresholds, resolve_thresholds
+from pytest_distperf.fixtures.results import record_from_dict, record_to_dict
+from pytest_distperf.fixtures.results.group import MeasureResult
+from pytest_distperf.pool.launcher import host_cores
+from pytest_distperf.records import Environment, Measurement, Metric, TestRecord, from_dict, to_dict
+from pytest_distperf.verdict.thresholds import check_thresholds
 
 
 @pytest.mark.parametrize(("text", "expected"), [("1", 1), ("4", 4), (" 8 ", 8), (2, 2)])

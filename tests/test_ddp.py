@@ -21,7 +21,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pytest_distperf.records import StepTiming, from_dict, to_dict
+from pytest_distperf.fixtures.results.steps import StepTiming
+from pytest_distperf.records import from_dict, to_dict
 
 PHASES = {"forward", "backward", "optimizer", "step", "no_sync_step"}
 
@@ -444,7 +445,7 @@ class RecordingGroup:
 
 
 def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
-    from pytest_distperf.steptimer import DDPStepTimer
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
     group = RecordingGroup()
     timer = DDPStepTimer(group)  # type: ignore[arg-type]
@@ -473,7 +474,7 @@ def test_timer_records_metrics_and_a_remeasure_of_the_same_names() -> None:
 
 
 def test_timer_refuses_before_running_anything() -> None:
-    from pytest_distperf.steptimer import DDPStepTimer
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
     group = RecordingGroup(available=2)
     timer = DDPStepTimer(group)  # type: ignore[arg-type]
@@ -500,7 +501,7 @@ def test_timer_refuses_before_running_anything() -> None:
 
 
 def test_flops_achieved_and_mfu() -> None:
-    from pytest_distperf.steptimer import DDPStepTimer
+    from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
     group = RecordingGroup()
     group.flops = 3 * 10**9

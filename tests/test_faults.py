@@ -34,9 +34,9 @@ from fault_cases import (
     wait_gone,
 )
 
-from pytest_distperf import leftovers
-from pytest_distperf.launcher import RankError, RankPool
-from pytest_distperf.ranklogs import CAP_BYTES, FORWARD_BYTES
+from pytest_distperf.pool import leftovers
+from pytest_distperf.pool.launcher import RankError, RankPool
+from pytest_distperf.pool.ranklogs import CAP_BYTES, FORWARD_BYTES
 from pytest_distperf.session import SIGTERM_STATUS
 
 

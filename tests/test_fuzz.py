@@ -37,9 +37,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_baseline import CPU, CPU4, QUIET, TIMES, save, stored
 
-from pytest_distperf import report
 from pytest_distperf import verdict as bl
-from pytest_distperf.collectives import resolve_sizes
 from pytest_distperf.config import (
     BACKENDS,
     MARKER_KEYWORDS,
@@ -60,7 +58,9 @@ from pytest_distperf.config import (
     parse_tolerance,
     validate_marker_kwargs,
 )
+from pytest_distperf.fixtures.collectives import resolve_sizes
 from pytest_distperf.records import METRIC_KINDS, VERDICT_ORDER, Measurement, Metric
+from pytest_distperf.report import terminal as report
 from pytest_distperf.verdict.judgement import make_judgement, settle
 from pytest_distperf.verdict.store import TIME_UNITS
 

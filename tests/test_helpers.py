@@ -12,13 +12,19 @@ import random
 import numpy as np
 import pytest
 
-from pytest_distperf.intervals import (
+from pytest_distperf.common.intervals import (
     clip_intervals,
     intersection_length,
     merge_intervals,
     union_length,
 )
-from pytest_distperf.quantiles import finite, median, median_or_nan, quantile, quantile_or_nan
+from pytest_distperf.common.quantiles import (
+    finite,
+    median,
+    median_or_nan,
+    quantile,
+    quantile_or_nan,
+)
 
 
 @pytest.mark.parametrize("seed", range(8))

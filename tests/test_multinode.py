@@ -48,7 +48,7 @@ import pytest
 import torch
 from torch import nn
 
-from pytest_distperf.topology import node_names
+from pytest_distperf.analysis.topology import node_names
 
 # 4 CPU ranks on 2 cores: this suite checks the multi-node plumbing, not the speed
 pytestmark = pytest.mark.distperf(max_comm_overhead=1.0, max_imbalance=100.0)

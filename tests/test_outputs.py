@@ -28,8 +28,9 @@ from typing import Any
 
 import pytest
 
-from pytest_distperf import jsonreport, report
-from pytest_distperf.records import record_to_dict
+from pytest_distperf.fixtures.results import record_to_dict
+from pytest_distperf.report import jsonreport
+from pytest_distperf.report import terminal as report
 
 PERF = textwrap.dedent("""
     import pytest
@@ -350,8 +351,8 @@ def _plotted(run: Run) -> list[Any]:
 def test_the_busbw_plot_has_a_log_size_axis_and_the_link_peak_where_known(run: Run) -> None:
     import dataclasses
 
-    from pytest_distperf import plots
-    from pytest_distperf.records import CollectiveResult
+    from pytest_distperf.fixtures.results.group import CollectiveResult
+    from pytest_distperf.report import plots
 
     records = _plotted(run)
     (record, result), = [(r, m.result) for r in records for m in r.measurements
@@ -376,8 +377,8 @@ def test_the_busbw_plot_has_a_log_size_axis_and_the_link_peak_where_known(run: R
 
 
 def test_the_steps_plot_marks_the_straggler_by_its_rank(run: Run) -> None:
-    from pytest_distperf import plots
-    from pytest_distperf.records import StepTiming
+    from pytest_distperf.fixtures.results.steps import StepTiming
+    from pytest_distperf.report import plots
 
     records = _plotted(run)
     (record, timing), = [(r, m.result) for r in records for m in r.measurements
@@ -393,8 +394,8 @@ def test_the_steps_plot_marks_the_straggler_by_its_rank(run: Run) -> None:
 
 
 def test_the_scaling_plot_has_ideal_scaling(run: Run) -> None:
-    from pytest_distperf import plots
-    from pytest_distperf.records import ScalingResult
+    from pytest_distperf.fixtures.results.steps import ScalingResult
+    from pytest_distperf.report import plots
 
     records = _plotted(run)
     scaling = [(r, m.result) for r in records for m in r.measurements
@@ -409,7 +410,7 @@ def test_the_scaling_plot_has_ideal_scaling(run: Run) -> None:
 
 
 def test_the_regressions_plot_has_baseline_and_current_bars(run: Run) -> None:
-    from pytest_distperf import plots
+    from pytest_distperf.report import plots
 
     records = _plotted(run)
     regressed = [(r.nodeid, v) for r in records for v in r.verdicts if v.verdict == "regressed"]
@@ -462,7 +463,7 @@ def test_every_file_of_the_run_has_the_mode_a_new_file_gets(run: Run) -> None:
 
 
 def test_a_file_that_exists_keeps_its_mode(tmp_path: Path) -> None:
-    from pytest_distperf.files import write_atomically
+    from pytest_distperf.common.files import write_atomically
 
     path = tmp_path / "report.json"
     path.write_text("old")
@@ -472,7 +473,7 @@ def test_a_file_that_exists_keeps_its_mode(tmp_path: Path) -> None:
 
 
 def test_a_large_trace_is_written_gzip_compressed(tmp_path: Path) -> None:
-    from pytest_distperf.profiler import rank_trace_dir, write_trace
+    from pytest_distperf.fixtures.profiler import rank_trace_dir, write_trace
 
     trace = {"traceEvents": [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1}
                              for i in range(2000)]}
@@ -489,7 +490,7 @@ def test_a_large_trace_is_written_gzip_compressed(tmp_path: Path) -> None:
 
 def test_a_compressed_trace_replaces_the_plain_one_and_fewer_ranks_drop_the_others(
         tmp_path: Path) -> None:
-    from pytest_distperf.profiler import rank_trace_dir, remove_stale_traces, write_trace
+    from pytest_distperf.fixtures.profiler import rank_trace_dir, remove_stale_traces, write_trace
 
     trace = {"traceEvents": [{"ph": "X", "name": f"op{i}", "ts": i, "dur": 1}
                              for i in range(200)]}
@@ -538,7 +539,7 @@ def _workflow_steps(text: str) -> list[str]:
 
 def test_the_ci_example_passes_only_options_the_plugin_has() -> None:
     from pytest_distperf import plugin
-    from pytest_distperf.export import FORMATS, bigger_path
+    from pytest_distperf.report.export import FORMATS, bigger_path
 
     options = _Options()
     plugin.pytest_addoption(options)  # type: ignore[arg-type]

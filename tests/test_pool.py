@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fault_cases import start_held_run, wait_gone
 
-from pytest_distperf import launcher
-from pytest_distperf.launcher import RankError, RankPool, RankTimeout, is_secondary
+from pytest_distperf.pool import launcher
+from pytest_distperf.pool.launcher import RankError, RankPool, RankTimeout, is_secondary
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -295,7 +295,7 @@ def test_the_root_cause_is_listed_first(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_the_profilers_notices_are_not_forwarded(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_distperf.ranklogs import RankLogs
+    from pytest_distperf.pool.ranklogs import RankLogs
 
     logs = RankLogs(str(tmp_path), 2)
     (tmp_path / "rank0.log").write_text(

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from pytest_distperf.profiler import DistProfiler
+from pytest_distperf.analysis.traces import REGION_NAME, DesyncError
+from pytest_distperf.fixtures.profiler import DistProfiler
+from pytest_distperf.fixtures.results.profile import ProfileReport
 from pytest_distperf.rank.profile import profile_on_rank
-from pytest_distperf.records import Metric, ProfileReport, RankTrace
-from pytest_distperf.traces import REGION_NAME, DesyncError
+from pytest_distperf.records import Metric, RankTrace
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -307,7 +308,7 @@ def test_profiler_rejects_bad_settings(tmp_path: Path, setting: str, value: Any,
 
 
 def test_an_unwritable_trace_folder_says_which_file_and_option(tmp_path: Path) -> None:
-    from pytest_distperf.profiler import write_trace
+    from pytest_distperf.fixtures.profiler import write_trace
 
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
@@ -329,7 +330,7 @@ def _real_cpu_trace(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_each_ranks_trace_says_its_rank_as_hta_reads_it(tmp_path: Path) -> None:
-    from pytest_distperf.profiler import rank_trace_dir, write_traces
+    from pytest_distperf.fixtures.profiler import rank_trace_dir, write_traces
 
     trace = _real_cpu_trace(tmp_path)
     trace["distributedInfo"] = {"backend": "gloo", "rank": 0, "world_size": 2}
@@ -347,7 +348,7 @@ def test_hta_loads_every_ranks_trace(tmp_path: Path) -> None:
     pytest.importorskip("hta")
     from hta.trace_analysis import TraceAnalysis
 
-    from pytest_distperf.profiler import rank_trace_dir, write_traces
+    from pytest_distperf.fixtures.profiler import rank_trace_dir, write_traces
 
     trace = _real_cpu_trace(tmp_path)
     merged = write_traces(tmp_path / "t.trace.json", [trace, trace])

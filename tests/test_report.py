@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_distperf import export, jsonreport, markdown, plots, report
 from pytest_distperf.config import ConfigError
 from pytest_distperf.records import Environment, Measurement, Metric, TestRecord, Verdict
+from pytest_distperf.report import export, jsonreport, markdown, plots
+from pytest_distperf.report import terminal as report
 
 
 def test_no_baseline_is_one_line_per_test() -> None:
@@ -214,7 +215,7 @@ def test_every_output_shows_the_figure_the_verdict_judged(tmp_path: Path) -> Non
 
 
 def test_the_steps_plot_shows_the_exposed_communication_its_title_gives() -> None:
-    from pytest_distperf.analyzer import analyze_steps
+    from pytest_distperf.analysis.analyzer import analyze_steps
     from pytest_distperf.records import RankStep
 
     pytest.importorskip("matplotlib")
@@ -268,15 +269,17 @@ def test_the_schema_lists_every_field_of_every_record_and_no_other() -> None:
     import typing
 
     from pytest_distperf import records
+    from pytest_distperf.fixtures import results
+    from pytest_distperf.fixtures.results.steps import CommCount
 
     schema = jsonreport.load_schema()
     defs = schema["$defs"]
     names = {records.Environment: "environment", records.Metric: "metric",
              records.Verdict: "verdict", records.Bottleneck: "bottleneck",
-             records.CommCount: "comm_count", records.Measured: "measured"}
+             CommCount: "comm_count", records.Measured: "measured"}
     seen: set[str] = set()
     todo: list[type] = [records.Environment, records.Metric, records.Verdict,
-                        *records.RESULT_TYPES.values()]
+                        *results.RESULT_TYPES.values()]
     while todo:
         cls = todo.pop()
         name = names.get(cls, cls.__name__)
@@ -292,7 +295,7 @@ def test_the_schema_lists_every_field_of_every_record_and_no_other() -> None:
         hints = typing.get_type_hints(cls)
         todo += [t for f in dataclasses.fields(cls) for t in _dataclasses_in(hints[f.name])]
     assert {k for k, v in defs.items() if v.get("type") == "object"} == seen | {"test", "result"}
-    entry = records.record_to_dict(SNAPSHOT_RECORDS[0])
+    entry = results.record_to_dict(SNAPSHOT_RECORDS[0])
     for name, data in (("test", entry), ("result", entry["results"][0])):
         assert defs[name]["required"] == list(data) == list(defs[name]["properties"])
         assert defs[name]["additionalProperties"] is False

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from pytest_distperf import traces as T
-from pytest_distperf.analyzer import analyze_steps
-from pytest_distperf.records import CommCount, ProfileReport, RankStep, from_dict, to_dict
-from pytest_distperf.traces.census import count_ops
+from pytest_distperf.analysis import traces as T
+from pytest_distperf.analysis.analyzer import analyze_steps
+from pytest_distperf.analysis.traces.census import count_ops
+from pytest_distperf.fixtures.results.profile import ProfileReport
+from pytest_distperf.fixtures.results.steps import CommCount
+from pytest_distperf.records import RankStep, from_dict, to_dict
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -330,7 +332,7 @@ def test_nccl_report_straggler_and_metrics() -> None:
     assert timing.busbw_gbps == pytest.approx((4 << 20) / 20e-6 / 1e9)  # factor 2(n-1)/n = 1
     assert report.waits_s() == pytest.approx((600e-6, 0.0))
     assert report.latest_arrival() == (1, 1.0)
-    metrics = {m.name: m for m in report.metrics()}
+    metrics = {m.name: m for m in T.profile_metrics(report)}
     assert set(metrics) == {"profile.comm_overhead", "profile.imbalance", "profile.overlap",
                             "profile.arrival_skew_s", "profile.arrival_skew",
                             "profile.comm.all_reduce.calls", "profile.comm.all_reduce.bytes"}
@@ -362,7 +364,7 @@ def test_exposed_communication_is_a_bottleneck_with_a_hint() -> None:
     assert kinds[:2] == ["communication", "low_overlap"]
     assert "all_reduce" in report.bottlenecks[0].description
     assert report.recommendations and report.recommendations[0].startswith("communication")
-    hint = {m.name: m.hint for m in report.metrics()}["profile.comm_overhead"]
+    hint = {m.name: m.hint for m in T.profile_metrics(report)}["profile.comm_overhead"]
     assert "async_op" in hint
 
 
@@ -435,7 +437,7 @@ def test_desync_is_reported(rank0: list[Any], rank1: list[Any], expected: list[s
     for text in expected:
         assert text in report.desync
     assert report.bottlenecks[0].kind == "desync"
-    assert report.metrics() == []  # no figure is trusted
+    assert T.profile_metrics(report) == []  # no figure is trusted
 
 
 def test_desync_on_the_metadata_path_names_the_group() -> None:
@@ -479,7 +481,7 @@ def _workload() -> int:
 
 @pytest.fixture(scope="module")
 def real_traces() -> Iterator[list[dict[str, Any]]]:
-    from pytest_distperf.launcher import RankPool
+    from pytest_distperf.pool.launcher import RankPool
     from pytest_distperf.rank.profile import profile_on_rank
 
     pool = RankPool(2, "gloo", timeout_s=120)
@@ -639,7 +641,7 @@ def test_the_per_step_view_cuts_each_rank_at_its_steps() -> None:
     assert first.exposed_comm_s == pytest.approx((340e-6, 90e-6))
     assert first.compute_time_s == pytest.approx((160e-6, 410e-6))
     assert first.imbalance > 0.5
-    step_metric = next(m for m in report.metrics() if m.name == "profile.step_time_s")
+    step_metric = next(m for m in T.profile_metrics(report) if m.name == "profile.step_time_s")
     assert step_metric.samples == pytest.approx((500e-6, 500e-6))
     assert step_metric.kind == "informational"
 
@@ -649,7 +651,7 @@ def test_no_per_step_view_when_the_ranks_marked_different_steps() -> None:
               _with_steps(nccl_trace(1), [(0, 1000)])]
     report = T.analyse(traces)
     assert report.steps == () and report.persistent_straggler() is None
-    assert "profile.step_time_s" not in {m.name for m in report.metrics()}
+    assert "profile.step_time_s" not in {m.name for m in T.profile_metrics(report)}
 
 
 def test_device_busy_from_a_recorded_gpu_trace() -> None:
@@ -659,7 +661,7 @@ def test_device_busy_from_a_recorded_gpu_trace() -> None:
     import zlib
     from pathlib import Path
 
-    from pytest_distperf.traces.census import device_busy_s
+    from pytest_distperf.analysis.traces.census import device_busy_s
 
     raw = gzip.decompress((Path(__file__).parent / "data" /
                            "h200_ddp_gpt_rank0.trace.json.gz").read_bytes())

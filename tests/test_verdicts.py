@@ -624,7 +624,7 @@ FRESH_RANKS = textwrap.dedent("""
 
 #: A conftest for the project of a run in which fresh ranks cannot start.
 NO_FRESH_RANKS = textwrap.dedent("""
-    from pytest_distperf import launcher
+    from pytest_distperf.pool import launcher
 
 
     class Unstartable(launcher.RankPool):

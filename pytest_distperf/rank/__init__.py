@@ -1,8 +1,8 @@
 """Everything that runs inside a rank process.
 
-The rule: modules here import torch (inside their functions), :mod:`pytest_distperf.records`
-and each other, and nothing else of pytest-distperf.  The controller sends them work
-through the pool (:mod:`pytest_distperf.launcher`) and gets back records
+The rule: modules here import torch (inside their functions), :mod:`pytest_distperf.records`,
+:mod:`pytest_distperf.common` and each other, and nothing else of pytest-distperf.  The
+controller sends them work through the pool (:mod:`pytest_distperf.pool`) and gets back records
 (:mod:`pytest_distperf.records`): plain frozen dataclasses, never torch objects.
 
 * :mod:`~pytest_distperf.rank.worker`: the loop of a spawned rank (receive, run, reply);

@@ -7,7 +7,7 @@ nccl-tests orders them; :func:`pairs_on_rank` times every ordered pair of ranks 
 Each op is one setup function in :data:`SETUPS`.  Replies are
 :class:`~pytest_distperf.records.SizeOutcome` and
 :class:`~pytest_distperf.records.PairOutcome`; the controller turns them into results
-(:mod:`pytest_distperf.collectives`).
+(:mod:`pytest_distperf.fixtures.collectives`).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _barrier(c: _Ctx) -> _Case:
 
 
 #: How each op of ``bench`` is set up on a rank (the ops of
-#: :data:`pytest_distperf.collectives.OPS`).
+#: :data:`pytest_distperf.fixtures.collectives.OPS`).
 SETUPS: dict[str, Callable[[_Ctx], _Case]] = {
     "all_reduce": _all_reduce,
     "all_gather": _all_gather,

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from pytest_distperf.intervals import union_length
+from pytest_distperf.common.intervals import union_length
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, CommCall, RankStep

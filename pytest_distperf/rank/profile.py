@@ -1,7 +1,7 @@
 """``dist_profiler``'s rank side: one call of a function under ``torch.profiler`` (torch).
 
-The controller (:mod:`pytest_distperf.profiler`) merges what every rank sends back and
-analyses it (:mod:`pytest_distperf.traces`).
+The controller (:mod:`pytest_distperf.fixtures.profiler`) merges what every rank sends back and
+analyses it (:mod:`pytest_distperf.analysis.traces`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The loop inside one rank process: receive a command, run it, send back the result.
 
-Started by :mod:`pytest_distperf.launcher` with the spawn start method.  Imports torch only
+Started by :mod:`pytest_distperf.pool.launcher` with the spawn start method.  Imports torch only
 inside :func:`main`, after the thread limits are set.  Knows nothing of pytest.
 
 Protocol (cloudpickled tuples over a duplex pipe):
@@ -31,7 +31,10 @@ from typing import Any
 
 import cloudpickle
 
-from pytest_distperf.leftovers import MARKER
+#: The environment variable that marks a pool's rank processes and their children
+#: (:mod:`pytest_distperf.pool.leftovers` finds them by it).
+POOL_MARKER = "DISTPERF_POOL"
+
 
 #: Shared buffer of this rank's current phase (the flight recorder the controller reads).
 _phase_buffer: Any = None
@@ -106,10 +109,10 @@ def main(
     _die_with_parent(parent_pid)
     # Processes this rank's code starts inherit the marker and stay in this rank's session:
     # the controller finds them so, and kills them with the pool
-    # (pytest_distperf/leftovers.py).
+    # (pytest_distperf/pool/leftovers.py).
     with contextlib.suppress(OSError):
         os.setsid()
-    os.environ[MARKER] = os.path.dirname(log_file)
+    os.environ[POOL_MARKER] = os.path.dirname(log_file)
     # What a rank prints goes to its own log; the controller forwards it to the test's output.
     log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from pytest_distperf.collectives import OPS
+from pytest_distperf.analysis.topology import slow_pairs, suspect_ranks
 from pytest_distperf.config import parse_size
+from pytest_distperf.fixtures.collectives import OPS
 
 #: On CPU (gloo) the sweep stops at 16 MiB, with fewer iterations, so that the suite stays
 #: under a minute at 4 ranks on a 2-core machine; on GPU it is bench()'s default sweep,
@@ -73,8 +74,8 @@ def test_pairwise_send_recv(nccl_group: Any) -> None:
             raise pytest.UsageError(
                 f"DISTPERF_SUITE_MIN_PAIR_RATIO: expected a fraction such as 0.5, got {text!r}"
             ) from None
-        slow = matrix.slow_pairs(ratio)
-        suspects = matrix.suspect_ranks(ratio)
+        slow = slow_pairs(matrix, ratio)
+        suspects = suspect_ranks(matrix, ratio)
         assert not slow, (
             f"{len(slow)} pair(s) below {ratio:.0%} of a typical pair "
             f"({matrix.typical_gbps:.3f} GB/s): "

@@ -1,7 +1,9 @@
 """Verdicts: thresholds, baselines and the statistics that compare a run with them.  Pure.
 
-The rule: no torch, no pytest; everything here works on records
-(:mod:`pytest_distperf.records`) and files, so it tests fast and runs anywhere.
+The rule: modules here import :mod:`pytest_distperf.records`, the result types
+(:mod:`pytest_distperf.fixtures.results`), :mod:`pytest_distperf.config` and
+:mod:`pytest_distperf.common`, and neither torch nor pytest; they work on records and
+files, so they test fast and run anywhere.
 
 * :mod:`~pytest_distperf.verdict.thresholds`: the limits (defaults, ini, baseline file,
   marker) and the breach check;
@@ -94,7 +96,7 @@ _EXPORTS = {
     # thresholds
     "Breach": "pytest_distperf.verdict.thresholds",
     "check_thresholds": "pytest_distperf.verdict.thresholds",
-    "resolve_thresholds": "pytest_distperf.verdict.thresholds",
+    "resolve_thresholds": "pytest_distperf.config",
 }
 
 __all__ = [

@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Iterable
 
-from pytest_distperf import procs
+from pytest_distperf.common import procs
 
 #: Above this host steal a window is too noisy to call a regression on.  Normal steal on
 #: shared runners is 5-15% (docs/background.md); a window must not be thrown away for that alone.

@@ -79,8 +79,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from pytest_distperf.common.quantiles import median_or_nan, quantile_or_nan
 from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
-from pytest_distperf.quantiles import median_or_nan, quantile_or_nan
 from pytest_distperf.records import (
     IMPROVED,
     INCONCLUSIVE,

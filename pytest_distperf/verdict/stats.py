@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pytest_distperf.quantiles import median_or_nan, quantile_or_nan
+from pytest_distperf.common.quantiles import median_or_nan, quantile_or_nan
 
 #: Good-side quantile of the samples that a time is judged by (0.95 for higher-is-better):
 #: all but the minimum, so that one odd sample cannot decide.

@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_distperf.common.files import write_atomically
+from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, is_number, shown
-from pytest_distperf.files import write_atomically
-from pytest_distperf.quantiles import median_or_nan
 from pytest_distperf.records import EXACT, METRIC_KINDS, Environment
 from pytest_distperf.verdict.stats import estimate, split_parts
 

@@ -12,8 +12,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from pytest_distperf.config import DEFAULT_THRESHOLDS
-from pytest_distperf.quantiles import quantile_or_nan
+from pytest_distperf.common.quantiles import quantile_or_nan
 from pytest_distperf.records import Metric
 
 #: Fewer per-step samples than this: a breach is judged on the value alone (the verdict's
@@ -50,16 +49,6 @@ class Breach:
         if self.hint:
             text += f"\n    suggestion: {self.hint}"
         return text
-
-
-def resolve_thresholds(*layers: Mapping[str, float] | None) -> dict[str, float]:
-    """The defaults overridden by each layer in turn (ini, environment, marker); keys that
-    are not thresholds (``tolerance``, ``world_size``) are left out."""
-    out = dict(DEFAULT_THRESHOLDS)
-    for layer in layers:
-        if layer:
-            out.update({k: float(v) for k, v in layer.items() if k in DEFAULT_THRESHOLDS})
-    return out
 
 
 def _past(value: float, threshold: str, limit: float) -> bool:

@@ -10,7 +10,7 @@ Two engines with one method, ``execute(fn, args, kwargs, size, label) -> list``:
   not finish, what each was doing and their Python stacks; then the pool is killed and the
   next call spawns a fresh one.  :meth:`RankPool.routed_to` sends the calls to another pool
   for a while (fresh ranks to repeat a measurement on), leaving this one as it is.
-* :class:`~pytest_distperf.torchrun.TorchrunEngine` uses the group torchrun built: ``fn``
+* :class:`~pytest_distperf.pool.torchrun.TorchrunEngine` uses the group torchrun built: ``fn``
   runs on this rank and the results are gathered with ``all_gather_object``.
 """
 
@@ -35,10 +35,10 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 import cloudpickle
 
-from pytest_distperf import leftovers
+from pytest_distperf.pool import leftovers
+from pytest_distperf.pool.ranklogs import RankLogs
 from pytest_distperf.rank import worker
 from pytest_distperf.rank.worker import host_cores
-from pytest_distperf.ranklogs import RankLogs
 
 #: After one rank fails, how long the others get to finish before they count as stuck.
 ERROR_GRACE_S = 3.0
@@ -210,7 +210,7 @@ class RankPool:
 
     @property
     def folder(self) -> str | None:
-        """The pool's folder (rank logs, stack dumps; see :mod:`pytest_distperf.leftovers`)."""
+        """The pool's folder (rank logs, stack dumps; see :mod:`pytest_distperf.pool.leftovers`)."""
         return self._tmp
 
     def start(self) -> None:

@@ -2,7 +2,7 @@
 ``plot`` extra).  No torch, no pytest; matplotlib is imported only when plots are drawn.
 
 * ``busbw.png``: bus bandwidth against message size (log scale) per collective, with the
-  link's peak where it is known (:data:`pytest_distperf.hardware.LINK_PEAKS`);
+  link's peak where it is known (:data:`pytest_distperf.analysis.hardware.LINK_PEAKS`);
 * ``scaling.png``: speedup against world size, with ideal scaling;
 * ``steps-<test>.png``: per-rank step time split into compute, exposed communication and
   waiting for other ranks, stragglers marked;
@@ -19,16 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_distperf.common.files import file_stem, write_atomically
 from pytest_distperf.config import format_bytes
-from pytest_distperf.files import file_stem, write_atomically
-from pytest_distperf.records import (
-    CollectiveResult,
-    ScalingResult,
-    StepTiming,
-    TestRecord,
-    Verdict,
-)
-from pytest_distperf.report import format_change, format_value
+from pytest_distperf.fixtures.results.group import CollectiveResult
+from pytest_distperf.fixtures.results.steps import ScalingResult, StepTiming
+from pytest_distperf.records import TestRecord, Verdict
+from pytest_distperf.report.terminal import format_change, format_value
 
 INSTALL = "pip install 'pytest-distperf[plot]'"
 

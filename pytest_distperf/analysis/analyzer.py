@@ -1,6 +1,7 @@
 """From per-rank records to figures: phase statistics, a communication summary, load
 balance, the step timer's whole analysis and scaling curves; the findings come from the
-rules in :mod:`pytest_distperf.findings`.  Pure functions: numpy at most, no torch, no pytest.
+rules in :mod:`~pytest_distperf.analysis.findings`.  Pure functions: numpy at most, no torch, no
+pytest.
 
 Conventions (see docs/metrics.md for the meaning of every figure):
 
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pytest_distperf.findings import (
+from pytest_distperf.analysis.findings import (
     MIN_BATCH_SHARE,
     balance_bottlenecks,
     communication_bottlenecks,
@@ -29,23 +30,26 @@ from pytest_distperf.findings import (
     recommendations,
     scaling_bottlenecks,
 )
-from pytest_distperf.quantiles import finite, median, median_or_nan, quantile, quantile_or_nan
-from pytest_distperf.records import (
-    CommCall,
+from pytest_distperf.analysis.topology import spans_nodes, split_by_node
+from pytest_distperf.common.quantiles import (
+    finite,
+    median,
+    median_or_nan,
+    quantile,
+    quantile_or_nan,
+)
+from pytest_distperf.config import resolve_thresholds
+from pytest_distperf.fixtures.results.group import NodeSplit, PairMatrix
+from pytest_distperf.fixtures.results.steps import (
     CommCount,
     CommSummary,
     LoadBalance,
-    NodeSplit,
-    PairMatrix,
-    PhaseStats,
-    RankStep,
     RankTiming,
     ScalingPoint,
     ScalingResult,
     StepTiming,
 )
-from pytest_distperf.topology import spans_nodes, split_by_node
-from pytest_distperf.verdict.thresholds import resolve_thresholds
+from pytest_distperf.records import CommCall, PhaseStats, RankStep
 
 #: Per-rank compute time is this quantile of the rank's steps without synchronisation.
 COMPUTE_QUANTILE = 0.25
@@ -246,7 +250,7 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
     * total communication: the least-waiting rank's per-step comm time (comm hook); overlap =
       1 - exposed / total;
     * ``comm_counts``: the collectives of one step, counted from its trace
-      (:func:`pytest_distperf.traces.census.census`), kept as they are; buckets: the most
+      (:func:`pytest_distperf.analysis.traces.census.census`), kept as they are; buckets: the most
       gradient buckets any rank's comm hook saw in a step;
     * ``device_busy_s``: per rank, the seconds its GPU ran kernels in that counted step; the
       device's busy share is their median over the step time (``launch_bound`` below half).
@@ -432,7 +436,7 @@ def scaling_result(timings: Sequence[StepTiming], mode: str = "weak", *,
 def pairs_by_node(matrix: PairMatrix, nodes: Sequence[str]) -> NodeSplit | None:
     """``bench_pairs`` seen by node, with its findings (slow nodes, slow links between
     nodes); None when every rank runs on one node.  ``nodes[r]`` is rank r's node
-    (:func:`pytest_distperf.topology.node_names`)."""
+    (:func:`pytest_distperf.analysis.topology.node_names`)."""
     if not spans_nodes(nodes[:matrix.world_size]):
         return None
     split = split_by_node(matrix, nodes)

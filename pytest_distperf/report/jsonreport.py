@@ -1,6 +1,6 @@
 """The ``--distperf-json`` report: build it, write it, read it back.  No torch, no pytest.
 
-The document's layout is published as a JSON Schema, ``report.schema.json`` beside this
+The document's layout is published as a JSON Schema, ``schema.json`` beside this
 module (:data:`SCHEMA_PATH`), which the tests validate every report against.
 """
 
@@ -12,19 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_distperf.files import write_atomically
-from pytest_distperf.records import (
-    Environment,
-    TestRecord,
-    record_from_dict,
-    record_to_dict,
-    to_dict,
-)
+from pytest_distperf.common.files import write_atomically
+from pytest_distperf.fixtures.results import record_from_dict, record_to_dict
+from pytest_distperf.records import Environment, TestRecord, to_dict
 
 #: Changes only when a field changes meaning or is removed; new fields may come in any version.
 SCHEMA_VERSION = 1
 #: The published JSON Schema of the report (package data).
-SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 NOTHING_MEASURED = ("no test recorded a distperf metric in this run (none was selected, or "
                     "none used a distperf fixture)")

@@ -30,12 +30,11 @@ import signal
 import tempfile
 from pathlib import Path
 
-from pytest_distperf import procs
+from pytest_distperf.common import procs
+from pytest_distperf.rank.worker import POOL_MARKER as MARKER
 
 #: The prefix of every pool folder in the temporary directory.
 POOL_PREFIX = "distperf-pool-"
-#: The environment variable that marks the rank processes of a pool, and their children.
-MARKER = "DISTPERF_POOL"
 #: The file in a pool's folder that names its rank processes (a pid and start time a line).
 RANKS_FILE = "ranks"
 #: A folder without an owner file (an older version's, or one whose start was cut short) is

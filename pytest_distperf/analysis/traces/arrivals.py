@@ -1,8 +1,8 @@
 """Wait versus transfer, collective by collective.
 
-On the merged clock (:func:`~pytest_distperf.traces.merge.merge_traces`), each collective is
-matched across the ranks: by process group and position in that group's order (the desync
-check has made sure every rank ran the same collectives in the same order).  A rank
+On the merged clock (:func:`~pytest_distperf.analysis.traces.merge.merge_traces`), each
+collective is matched across the ranks: by process group and position in that group's order
+(the desync check has made sure every rank ran the same collectives in the same order).  A rank
 *arrives* at a collective when it starts running it (its first kernel on a GPU, gloo's run on
 CPU, else the call).  Then:
 
@@ -23,10 +23,10 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pytest_distperf.collectives import BUS_FACTORS
-from pytest_distperf.records import CollectiveTiming, gbps
-from pytest_distperf.traces.names import P2P
-from pytest_distperf.traces.rank_timeline import CommOp, Timeline
+from pytest_distperf.analysis.traces.names import P2P
+from pytest_distperf.analysis.traces.rank_timeline import CommOp, Timeline
+from pytest_distperf.fixtures.results.profile import CollectiveTiming
+from pytest_distperf.records import BUS_FACTORS, gbps
 
 
 def collective_timings(tls: Sequence[Timeline]) -> tuple[CollectiveTiming, ...]:

@@ -1,17 +1,17 @@
-"""From the ranks' traces to a :class:`~pytest_distperf.records.ProfileReport`: per-rank
-figures, per-collective statistics, the desync check and the findings (the analyzer's rules,
-:mod:`pytest_distperf.findings`, over the profiled call).  Pure: numpy at most.
+"""From the ranks' traces to a :class:`~pytest_distperf.fixtures.results.profile.ProfileReport`:
+per-rank figures, per-collective statistics, the desync check and the findings (the
+analyzer's rules, :mod:`~pytest_distperf.analysis.findings`, over the profiled call), and the
+metrics a profile records.  Pure: numpy at most.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_distperf.analyzer import batch_shares, load_balance
-from pytest_distperf.config import format_bytes
-from pytest_distperf.files import file_stem
-from pytest_distperf.findings import (
+from pytest_distperf.analysis.analyzer import batch_shares, load_balance
+from pytest_distperf.analysis.findings import (
     PROFILED_CALL,
     balance_bottlenecks,
     communication_bottlenecks,
@@ -20,20 +20,23 @@ from pytest_distperf.findings import (
     recommendations,
     small_message_bottlenecks,
 )
-from pytest_distperf.intervals import intersection_length, total_length
-from pytest_distperf.records import (
-    Bottleneck,
+from pytest_distperf.analysis.traces.arrivals import collective_timings
+from pytest_distperf.analysis.traces.census import count_ops
+from pytest_distperf.analysis.traces.desync import check_desync
+from pytest_distperf.analysis.traces.names import P2P
+from pytest_distperf.analysis.traces.rank_timeline import Timeline, timelines
+from pytest_distperf.common.files import file_stem
+from pytest_distperf.common.intervals import intersection_length, total_length
+from pytest_distperf.common.quantiles import median_or_nan
+from pytest_distperf.config import format_bytes, resolve_thresholds
+from pytest_distperf.fixtures.results.profile import (
     CollectiveStat,
     ProfileReport,
     RankProfile,
     StepProfile,
 )
-from pytest_distperf.traces.arrivals import collective_timings
-from pytest_distperf.traces.census import count_ops
-from pytest_distperf.traces.desync import check_desync
-from pytest_distperf.traces.names import P2P
-from pytest_distperf.traces.rank_timeline import Timeline, timelines
-from pytest_distperf.verdict.thresholds import resolve_thresholds
+from pytest_distperf.fixtures.results.steps import comm_count_metrics
+from pytest_distperf.records import INFORMATIONAL, Bottleneck, Metric
 
 
 def rank_profile(tl: Timeline) -> RankProfile:
@@ -186,3 +189,54 @@ def trace_file_name(nodeid: str, index: int = 1) -> str:
     stem = file_stem(nodeid)
     suffix = f".{index}" if index > 1 else ""
     return f"{stem}{suffix}.trace.json"
+
+
+def profile_metrics(report: ProfileReport, prefix: str = "profile", world_size: int = 0
+                    ) -> list[Metric]:
+    """The metrics of a profiled call: ``<prefix>.comm_overhead``, ``<prefix>.imbalance`` and,
+    where there was communication, ``<prefix>.overlap``: informational (one call has no samples to
+    test; their thresholds still apply); ``<prefix>.arrival_skew_s`` (the median over the
+    collectives of the spread of the ranks' arrivals, the rank that arrived last most
+    often as its rank), ``<prefix>.arrival_skew`` (the same spread as a share of the
+    step, one sample per collective; threshold ``max_arrival_skew``, off by default) and
+    ``<prefix>.step_time_s`` (one sample per step), informational; and, exact,
+    ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the call.  None when the ranks were
+    out of step."""
+    if report.desync:
+        return []
+    hints = {b.kind: b.suggestion for b in reversed(report.bottlenecks)}
+    out = [
+        Metric(f"{prefix}.comm_overhead", report.comm_overhead, "fraction", False,
+               threshold="max_comm_overhead", hint=hints.get("communication", ""),
+               world_size=world_size, kind=INFORMATIONAL),
+        Metric(f"{prefix}.imbalance", report.imbalance, "fraction", False,
+               threshold="max_imbalance", ranks=report.stragglers,
+               hint=hints.get("imbalance", ""), world_size=world_size, kind=INFORMATIONAL),
+    ]
+    if any(p.comm_time_s > 0 for p in report.per_rank):
+        out.append(Metric(f"{prefix}.overlap", report.overlap, "fraction", True,
+                          hint=hints.get("low_overlap", ""), world_size=world_size,
+                          kind=INFORMATIONAL))
+    late = report.latest_arrival()
+    if late is not None:
+        skews = tuple(t.skew_s for t in report.timings)
+        out.append(Metric(f"{prefix}.arrival_skew_s", median_or_nan(skews), "s", False,
+                          samples=skews, ranks=(late[0],), world_size=world_size,
+                          kind=INFORMATIONAL))
+        step = (median_or_nan([s.wall_time_s for s in report.steps]) if report.steps
+                else report.wall_time_s)
+        shares = tuple(min(1.0, v / step) for v in skews if math.isfinite(v))
+        if step > 0 and shares:
+            out.append(Metric(
+                f"{prefix}.arrival_skew", median_or_nan(shares), "fraction", False,
+                samples=shares, threshold="max_arrival_skew", ranks=(late[0],),
+                hint=(f"rank {late[0]} arrived last at {late[1]:.0%} of the collectives "
+                      "and the others waited for it: look at what it does before them "
+                      "(its input, its compute, its host); report.timings has every "
+                      "collective's arrivals"),
+                world_size=world_size, kind=INFORMATIONAL))
+    if report.steps:
+        walls = tuple(s.wall_time_s for s in report.steps)
+        out.append(Metric(f"{prefix}.step_time_s", median_or_nan(walls), "s", False,
+                          samples=walls, world_size=world_size, kind=INFORMATIONAL))
+    return out + comm_count_metrics(report.comm_counts, f"{prefix}.comm.", world_size, "")

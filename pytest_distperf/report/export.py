@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_distperf.common.files import write_atomically
+from pytest_distperf.common.quantiles import finite
 from pytest_distperf.config import ConfigError
-from pytest_distperf.files import write_atomically
-from pytest_distperf.quantiles import finite
 from pytest_distperf.records import Metric, TestRecord, Verdict
-from pytest_distperf.report import format_change
+from pytest_distperf.report.terminal import format_change
 
 FORMATS = {"bmf": "Bencher Metric Format", "gab": "github-action-benchmark"}
 

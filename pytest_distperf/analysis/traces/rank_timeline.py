@@ -22,11 +22,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_distperf.config import format_bytes
-from pytest_distperf.intervals import clip_intervals, merge_intervals, union_length
-from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP
-from pytest_distperf.traces.merge import base_time_ns, trace_events
-from pytest_distperf.traces.names import (
+from pytest_distperf.analysis.traces.merge import base_time_ns, trace_events
+from pytest_distperf.analysis.traces.names import (
     ALIASES,
     COMM_OP_PREFIXES,
     NOT_COLLECTIVES,
@@ -34,6 +31,9 @@ from pytest_distperf.traces.names import (
     canonical_collective,
     canonical_dtype,
 )
+from pytest_distperf.common.intervals import clip_intervals, merge_intervals, union_length
+from pytest_distperf.config import format_bytes
+from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP
 
 #: Name of the annotation around the profiled call: the region a timeline covers.
 REGION_NAME = PROFILED_REGION
@@ -134,7 +134,7 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
     """One rank's collectives and its communication and compute intervals.
 
     ``shift_us`` moves the trace onto a shared clock (see
-    :func:`~pytest_distperf.traces.merge.merge_traces`).
+    :func:`~pytest_distperf.analysis.traces.merge.merge_traces`).
     """
     evs = _complete_events(trace, shift_us)
     region = _region(evs)
@@ -405,7 +405,7 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
     the same collective and message size still waiting for one (else the oldest of the same
     collective), issued before it ran: execution is in issue order per group, but gloo runs
     two collectives of one step on two threads, and the second may start first.  A
-    collective the backend runs as another (:data:`~pytest_distperf.traces.names.RUN_AS`:
+    collective the backend runs as another (:data:`~pytest_distperf.analysis.traces.names.RUN_AS`:
     gloo's reduce-scatter is an all-reduce) goes to the call it implements, so that the
     call is counted once, at the level the code issued it.  An execution no call claims (a
     collective issued from C++) becomes a call of its own.
@@ -476,8 +476,8 @@ def _freeze(d: _Draft) -> CommOp:
 
 def timelines(traces: Sequence[Mapping[str, Any]],
               ranks: Sequence[int] | None = None) -> list[Timeline]:
-    """Each rank's timeline on the clock of :func:`~pytest_distperf.traces.merge.merge_traces`
-    (the smallest base time)."""
+    """Each rank's timeline on the clock of
+    :func:`~pytest_distperf.analysis.traces.merge.merge_traces` (the smallest base time)."""
     ranks = list(range(len(traces))) if ranks is None else list(ranks)
     bases = [base_time_ns(t) for t in traces]
     common = min(bases) if bases else 0

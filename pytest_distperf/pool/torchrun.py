@@ -1,6 +1,6 @@
 """The engine under ``torchrun``: the group torchrun built, ``fn`` run on this rank and the
 results gathered with ``all_gather_object`` (the spawned pool's counterpart,
-:class:`~pytest_distperf.launcher.RankPool`)."""
+:class:`~pytest_distperf.pool.launcher.RankPool`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import traceback
 from typing import Any
 
-from pytest_distperf.launcher import RankError, threads_per_rank
+from pytest_distperf.pool.launcher import RankError, threads_per_rank
 from pytest_distperf.rank import worker
 
 #: What follows a destroyed group under torchrun: the group is the job's, built once.

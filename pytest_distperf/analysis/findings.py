@@ -1,9 +1,10 @@
 """The analyzer's rules: what limits a step or a profiled call, and what to do about it.
 
-One set of rules for every fixture: ``ddp_step_timer`` (:mod:`pytest_distperf.analyzer`) and
-``dist_profiler`` (:mod:`pytest_distperf.traces.analysis`) report the same finding in the same
-words, over a :class:`Span` that says what the figures cover (a training step, or the whole
-profiled call).  Pure: no torch, no pytest.
+One set of rules for every fixture: ``ddp_step_timer``
+(:mod:`~pytest_distperf.analysis.analyzer`) and ``dist_profiler``
+(:mod:`~pytest_distperf.analysis.traces.analysis`) report the same finding in the same words,
+over a :class:`Span` that says what the figures cover (a training step, or the whole profiled
+call).  Pure: no torch, no pytest.
 """
 
 from __future__ import annotations
@@ -12,17 +13,12 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from pytest_distperf.config import format_bytes
-from pytest_distperf.quantiles import median_or_nan
-from pytest_distperf.records import (
-    Bottleneck,
-    LoadBalance,
-    NodeSplit,
-    RankTiming,
-    ScalingPoint,
-)
-from pytest_distperf.topology import SLOW_LINK_RATIO, ranks_by_node
-from pytest_distperf.verdict.thresholds import resolve_thresholds
+from pytest_distperf.analysis.topology import SLOW_LINK_RATIO, ranks_by_node
+from pytest_distperf.common.quantiles import median_or_nan
+from pytest_distperf.config import format_bytes, resolve_thresholds
+from pytest_distperf.fixtures.results.group import NodeSplit
+from pytest_distperf.fixtures.results.steps import LoadBalance, RankTiming, ScalingPoint
+from pytest_distperf.records import Bottleneck
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.
 MIN_BATCH_SHARE = 0.05
@@ -319,7 +315,7 @@ def scaling_cause(point: ScalingPoint, base: ScalingPoint, mode: str,
 
 # -- nodes and the links between them ----------------------------------------------------------
 def node_bottlenecks(split: NodeSplit) -> list[Bottleneck]:
-    """``slow_node`` for each node :func:`~pytest_distperf.topology.split_by_node` named,
+    """``slow_node`` for each node :func:`~pytest_distperf.analysis.topology.split_by_node` named,
     naming its ranks; ``slow_link`` for each slow link between nodes that no slow node
     explains.  With two nodes a slow link cannot be pinned on either node, and says so."""
     out: list[Bottleneck] = []

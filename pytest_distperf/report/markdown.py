@@ -16,7 +16,7 @@ from pytest_distperf.records import (
     TestRecord,
     Verdict,
 )
-from pytest_distperf.report import format_change, format_value, shown_value
+from pytest_distperf.report.terminal import format_change, format_value, shown_value
 
 #: Verdicts the summary lists one by one (the rest are counted, and folded into the details).
 NOTEWORTHY = ("regressed", "inconclusive", "improved")

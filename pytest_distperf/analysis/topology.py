@@ -4,7 +4,7 @@ Ranks on one node talk through the node's own memory or loopback; ranks on diffe
 talk through the network.  :func:`split_by_node` keeps the two apart: intra-node and
 inter-node figures, one :class:`NodeLink` per direction between two nodes, and the nodes
 whose links are slow (:class:`SlowNode`).  The findings' wording is in
-:mod:`pytest_distperf.findings`.  Pure: no torch, no pytest.
+:mod:`pytest_distperf.analysis.findings`.  Pure: no torch, no pytest.
 
 What a pair matrix can and cannot tell apart: a pair's round trip crosses both of its
 nodes, so with two nodes every inter-node pair crosses both, and a slow network on either
@@ -18,8 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_distperf.quantiles import median, median_or_nan, quantile_or_nan
-from pytest_distperf.records import NodeLink, NodeSplit, PairMatrix, PairRow, SlowNode, gbps
+from pytest_distperf.common.quantiles import median, median_or_nan, quantile_or_nan
+from pytest_distperf.fixtures.results.group import (
+    NodeLink,
+    NodeSplit,
+    PairMatrix,
+    PairRow,
+    SlowNode,
+)
+from pytest_distperf.records import gbps
 
 #: A rank's node rank where neither torchrun nor Slurm gave one: its host name names its node.
 UNKNOWN_NODE_RANK = -1
@@ -135,3 +142,29 @@ def _slow_nodes(links: Sequence[NodeLink], nodes: Sequence[str]) -> tuple[SlowNo
         if not found:
             return tuple(named)
         named.append(max(found, key=lambda s: s.factor))
+
+
+#: A pair is slow below this fraction of a typical (75th-percentile) pair's bandwidth.
+SLOW_PAIR_RATIO = 0.7
+
+
+def slow_pairs(matrix: PairMatrix, ratio: float = SLOW_PAIR_RATIO) -> list[PairRow]:
+    """Pairs below ``ratio`` x the typical pair, slowest first."""
+    limit = ratio * matrix.typical_gbps
+    return sorted((p for p in matrix.pairs if p.busbw_gbps < limit),
+                  key=lambda p: p.busbw_gbps)
+
+
+def suspect_ranks(matrix: PairMatrix, ratio: float = SLOW_PAIR_RATIO) -> list[int]:
+    """Ranks with at least 3/4 of their own pairs slow: a device or its link.
+
+    One bad device or link slows every pair it is in (the other ranks see it only in
+    their pairs with that rank); one bad cable between two ranks slows only that pair,
+    and then no rank is named.  Needs at least 3 ranks to tell.
+    """
+    if matrix.world_size < 3:
+        return []
+    slow = {(p.src, p.dst) for p in slow_pairs(matrix, ratio)}
+    own = 2 * (matrix.world_size - 1)  # pairs each rank is in (as sender or receiver)
+    return [rank for rank in range(matrix.world_size)
+            if 4 * sum(1 for pair in slow if rank in pair) >= 3 * own]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from pytest_distperf.records import ProfileReport
-from pytest_distperf.traces.names import P2P, SAME_SIZE_EVERYWHERE
-from pytest_distperf.traces.rank_timeline import CommOp
+from pytest_distperf.analysis.traces.names import P2P, SAME_SIZE_EVERYWHERE
+from pytest_distperf.analysis.traces.rank_timeline import CommOp
+from pytest_distperf.fixtures.results.profile import ProfileReport
 
 
 class DesyncError(Exception):

@@ -16,11 +16,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from pytest_distperf.export import FORMATS, write_export
-from pytest_distperf.files import append_text, write_atomically
-from pytest_distperf.jsonreport import write_json
-from pytest_distperf.markdown import markdown_summary, run_url
+from pytest_distperf.common.files import append_text, write_atomically
 from pytest_distperf.records import Environment, TestRecord
+from pytest_distperf.report.export import FORMATS, write_export
+from pytest_distperf.report.jsonreport import write_json
+from pytest_distperf.report.markdown import markdown_summary, run_url
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: st
 
     plots = outputs.plots_dir
     if plots is not None:
-        from pytest_distperf.plots import write_plots
+        from pytest_distperf.report.plots import write_plots
 
         drawn = attempt("plots", plots, lambda: write_plots(plots, records))
         if drawn is not None:

@@ -9,7 +9,7 @@ all-gathers and reduce-scatters, a stray barrier or all-reduce in the step).
 ``ddp_step_timer`` runs one synchronised step under ``torch.profiler`` after its timed
 steps and sends its trace (:func:`pytest_distperf.rank.ddp._census`); ``dist_profiler``
 counts the collectives of its profiled call.  Both read the collectives with
-:func:`~pytest_distperf.traces.rank_timeline.timeline`, the same reader the trace analysis
+:func:`~pytest_distperf.analysis.traces.rank_timeline.timeline`, the same reader the trace analysis
 uses.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from pytest_distperf.intervals import union_length
-from pytest_distperf.records import CommCount
-from pytest_distperf.traces.merge import load_trace
-from pytest_distperf.traces.rank_timeline import CommOp, timeline
+from pytest_distperf.analysis.traces.merge import load_trace
+from pytest_distperf.analysis.traces.rank_timeline import CommOp, timeline
+from pytest_distperf.common.intervals import union_length
+from pytest_distperf.fixtures.results.steps import CommCount
 
 
 def count_ops(per_rank: Sequence[Sequence[CommOp]]) -> tuple[CommCount, ...]:

@@ -7,16 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from pytest_distperf.analysis.topology import SLOW_PAIR_RATIO, slow_pairs, suspect_ranks
 from pytest_distperf.config import format_bytes
-from pytest_distperf.records import (
-    SLOW_PAIR_RATIO,
-    VERDICT_ORDER,
-    CollectiveResult,
-    Metric,
-    PairMatrix,
-    TestRecord,
-    Verdict,
-)
+from pytest_distperf.fixtures.results.group import CollectiveResult, PairMatrix
+from pytest_distperf.records import VERDICT_ORDER, Metric, TestRecord, Verdict
 
 
 class Line(NamedTuple):
@@ -197,7 +191,7 @@ def pair_matrix_lines(result: PairMatrix) -> list[str]:
     for src in range(n):
         cells = "".join(f"{'-':>9}" if v is None else f"{v:>9.3f}" for v in grid[src])
         lines.append(f" {src:>8}{cells}")
-    slow = r.slow_pairs()
+    slow = slow_pairs(r)
     typical = r.typical_gbps
     lines.append(f"# typical pair (75th percentile): {typical:.3f} GB/s; slowest: "
                  + (f"{min(p.busbw_gbps for p in r.pairs):.3f} GB/s" if r.pairs else "-"))
@@ -208,7 +202,7 @@ def pair_matrix_lines(result: PairMatrix) -> list[str]:
                            f"({p.busbw_gbps / typical:.2f}x)" for p in slow[:8])
         more = f" and {len(slow) - 8} more" if len(slow) > 8 else ""
         lines.append(f"# slow pairs (below {SLOW_PAIR_RATIO:.0%} of typical): {listed}{more}")
-        suspects = r.suspect_ranks()
+        suspects = suspect_ranks(r)
         if suspects:
             lines.append(f"# suspect rank(s) {', '.join(map(str, suspects))}: most pairs with "
                          f"them are slow; check that device and its link")

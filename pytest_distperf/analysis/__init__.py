@@ -1,0 +1,14 @@
+"""Figures and findings from what the ranks measured.  Pure.
+
+The rule: modules here import the records and result types (:mod:`pytest_distperf.records`,
+:mod:`pytest_distperf.fixtures.results`), :mod:`pytest_distperf.config` and
+:mod:`pytest_distperf.common`, and neither torch nor pytest; they work on records and trace
+files, so they are tested on synthetic and recorded data without ranks.
+
+* :mod:`~pytest_distperf.analysis.analyzer`: step figures, load balance, scaling curves;
+* :mod:`~pytest_distperf.analysis.findings`: the rules that name a bottleneck and its fix;
+* :mod:`~pytest_distperf.analysis.topology`: ranks by node, slow links, slow pairs and the
+  ranks they point to;
+* :mod:`~pytest_distperf.analysis.hardware`: data-sheet peaks of known GPUs;
+* :mod:`~pytest_distperf.analysis.traces`: the profiler's traces, merged and analysed.
+"""
