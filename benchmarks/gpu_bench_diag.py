@@ -396,8 +396,8 @@ def make_group(ranks: int, backend: str) -> tuple[Any, Any]:
     """(pool, group): the plugin's own engine and ``nccl_group`` handle, as gpu_check.py
     builds them (the package exports neither from its top level)."""
     try:
-        from pytest_distperf.group import DistGroup
-        from pytest_distperf.launcher import RankPool
+        from pytest_distperf.fixtures.group import DistGroup
+        from pytest_distperf.pool.launcher import RankPool
     except ImportError as exc:  # the package is being reorganised: say where to look
         raise SystemExit(f"gpu_bench_diag: cannot import the rank pool or DistGroup ({exc}); "
                          f"update make_group() to their new modules") from None
