@@ -1,11 +1,10 @@
 """The controller's session: what distperf keeps for one pytest process, and how a test's
-recorded measurements become its verdict.
-
-:class:`DistperfSession` owns the config, the engine (the rank pool or torchrun's group),
-the environment key, the test records and the baseline files read so far.  Per test it
-resolves the limits once (:meth:`DistperfSession.limits_for`), and when the test body ends
-it checks the thresholds and compares with (or saves) the baselines
-(:meth:`DistperfSession.judge`).  torch is imported only inside methods.
+recorded measurements become its verdict.  :class:`DistperfSession` owns the config, the
+engine (the rank pool or torchrun's group), the environment key, the test records and the
+baseline files read so far.  Per test it resolves the limits once
+(:meth:`DistperfSession.limits_for`), and when the test body ends it checks the thresholds
+and compares with (or saves) the baselines (:meth:`DistperfSession.judge`).  torch is
+imported only inside methods.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from pytest_distperf.records import (
     Measurement,
     Metric,
     TestRecord,
+    Verdict,
     distinct,
 )
 from pytest_distperf.verdict import noise
@@ -434,7 +434,6 @@ class DistperfSession:
         those measured on a subgroup, such as a scaling sweep's ``.w1`` points: the sweep
         depends on the size of the run.
         """
-        from pytest_distperf.report import terminal as report
         from pytest_distperf.verdict.judgement import Save, make_judgement, settle
         from pytest_distperf.verdict.rule import MAX_ROUNDS
         from pytest_distperf.verdict.store import (
@@ -476,12 +475,19 @@ class DistperfSession:
                 return [f"distperf: cannot write the baseline file {path}: {exc}"]
             self._baseline_files.pop(path, None)
         record.verdicts = judgement.verdicts()
+        return self._verdict_lines(item, record.verdicts, path, limits.tolerance)
+
+    def _verdict_lines(self, item: pytest.Item, verdicts: list[Verdict], path: Path,
+                       tolerance: float) -> list[str]:
+        """Show the verdicts; the failure lines (none: the test passes)."""
+        from pytest_distperf.report import terminal as report
+
         failing = {REGRESSED} | ({INCONCLUSIVE} if self.cfg.strict else set())
-        bad = [v for v in record.verdicts if v.verdict in failing]
-        shown = report.verdict_report(record.verdicts, item.nodeid, path)
+        bad = [v for v in verdicts if v.verdict in failing]
+        shown = report.verdict_report(verdicts, item.nodeid, path)
         if shown and not bad:  # a failure shows its own table
             item.add_report_section("call", "distperf", "\n".join(shown))
-        inconclusive = [v for v in record.verdicts if v.verdict == INCONCLUSIVE]
+        inconclusive = [v for v in verdicts if v.verdict == INCONCLUSIVE]
         if inconclusive and not self.cfg.strict:
             item.warn(pytest.PytestWarning(
                 "distperf: inconclusive (too noisy to tell, not a failure without "
@@ -490,5 +496,5 @@ class DistperfSession:
         if not bad:
             return []
         kinds = " and ".join(sorted({v.verdict for v in bad}, reverse=True))
-        return [f"distperf: {kinds} in {item.nodeid} (tolerance {limits.tolerance:.0%}):",
+        return [f"distperf: {kinds} in {item.nodeid} (tolerance {tolerance:.0%}):",
                 *report.verdict_table(bad), f"  baselines: {path}"]

@@ -248,12 +248,10 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
       of (its synchronised step - its no-sync step); wait = blocked - the least blocked rank's
       (the rank the others wait for waits least);
     * total communication: the least-waiting rank's per-step comm time (comm hook); overlap =
-      1 - exposed / total;
-    * ``comm_counts``: the collectives of one step, counted from its trace
-      (:func:`pytest_distperf.analysis.traces.census.census`), kept as they are; buckets: the most
-      gradient buckets any rank's comm hook saw in a step;
-    * ``device_busy_s``: per rank, the seconds its GPU ran kernels in that counted step; the
-      device's busy share is their median over the step time (``launch_bound`` below half).
+      1 - exposed / total; buckets: the most any rank's comm hook saw in a step;
+    * ``comm_counts``: one step's collectives, counted from its trace, kept as they are;
+    * ``device_busy_s``: per rank, the seconds its GPU ran kernels in that step; their median
+      over the step time is the busy share (``launch_bound`` below half).
     """
     if not per_rank:
         raise ValueError("analyze_steps: no per-rank records to analyse")
@@ -268,10 +266,7 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
     comm_overhead = _exposed_share(steps_s, no_sync_s)
     compute, balance = _rank_balance(ranks, step_time, lim["max_imbalance"])
     comm_times = [median(r.comm_time_s) for r in ranks]
-    known_comm = [c for c in comm_times if c is not None]
-    comm_time = min(known_comm) if known_comm else None
-    overlap = (_clamp01(1.0 - comm_overhead * step_time / comm_time)
-               if comm_time is not None and comm_time > 0 else None)
+    comm_time, overlap = _comm_and_overlap(comm_times, comm_overhead * step_time)
 
     total_batch = sum(max(0, r.batch_size) for r in ranks)
     by_rank = {r.rank: r for r in ranks}
@@ -279,17 +274,7 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
                        for k, c in enumerate(compute)]
     shares = (batch_shares(rank_throughput)
               if len(ranks) >= 2 and balance.imbalance >= lim["max_imbalance"] else ())
-    per_rank_timing = [
-        RankTiming(
-            rank=r.rank, batch_size=r.batch_size,
-            step_time_s=median(r.step_s) or 0.0,
-            compute_time_s=balance.compute_s[r.rank],
-            wait_time_s=balance.wait_s[r.rank], idle_fraction=balance.idle_fraction[r.rank],
-            comm_time_s=comm_times[i], throughput=rank_throughput[r.rank] or 0.0,
-            peak_memory_bytes=r.peak_memory_bytes, memory_source=r.memory_source,
-            memory_capacity_bytes=r.memory_capacity_bytes,
-            straggler=r.rank in balance.stragglers, phases=_rank_phases(r))
-        for i, r in enumerate(ranks)]
+    per_rank_timing = _rank_timings(ranks, balance, comm_times, rank_throughput)
     busy = median(device_busy_s)
     device_busy = _clamp01(busy / step_time) if busy is not None and step_time > 0 else None
     bottlenecks = (communication_bottlenecks(comm_overhead, step_time, comm_time, overlap, lim)
@@ -310,6 +295,34 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
         buckets=max((r.buckets for r in ranks if r.buckets is not None), default=None),
         flops_per_step=sum(r.flops for r in ranks) if all(r.flops for r in ranks) else 0,
         device_busy=device_busy)
+
+
+def _comm_and_overlap(comm_times: Sequence[float | None], exposed_s: float
+                      ) -> tuple[float | None, float | None]:
+    """The least-waiting rank's communication time, and the share of it hidden behind
+    compute (None, None without a comm hook's figures)."""
+    known = [c for c in comm_times if c is not None]
+    comm_time = min(known) if known else None
+    if comm_time is None or comm_time <= 0:
+        return comm_time, None
+    return comm_time, _clamp01(1.0 - exposed_s / comm_time)
+
+
+def _rank_timings(ranks: Sequence[RankStep], balance: LoadBalance,
+                  comm_times: Sequence[float | None],
+                  throughput: Sequence[float | None]) -> list[RankTiming]:
+    """One :class:`RankTiming` per rank, in rank order."""
+    return [
+        RankTiming(
+            rank=r.rank, batch_size=r.batch_size,
+            step_time_s=median(r.step_s) or 0.0,
+            compute_time_s=balance.compute_s[r.rank],
+            wait_time_s=balance.wait_s[r.rank], idle_fraction=balance.idle_fraction[r.rank],
+            comm_time_s=comm_times[i], throughput=throughput[r.rank] or 0.0,
+            peak_memory_bytes=r.peak_memory_bytes, memory_source=r.memory_source,
+            memory_capacity_bytes=r.memory_capacity_bytes,
+            straggler=r.rank in balance.stragglers, phases=_rank_phases(r))
+        for i, r in enumerate(ranks)]
 
 
 def _exposed_share(steps_s: Sequence[float], no_sync_s: Sequence[float]) -> float:

@@ -42,6 +42,33 @@ class Message:
     error: bool = False
 
 
+class _Writer:
+    """Writes one output after another: a line for each, and the artifacts to link."""
+
+    def __init__(self, start_dir: Path | None) -> None:
+        self.start_dir = start_dir
+        self.messages: list[Message] = []
+        self.artifacts: list[tuple[str, str]] = []
+
+    def shown(self, path: Path) -> str:
+        if self.start_dir is not None and path.is_relative_to(self.start_dir):
+            return str(path.relative_to(self.start_dir))
+        return str(path)
+
+    def attempt(self, what: str, where: Path, write: Callable[[], Sequence[Path] | None]
+                ) -> Sequence[Path] | None:
+        """The files ``write`` wrote, or None when it failed (and a line that says why)."""
+        try:
+            return write() or []
+        except (OSError, ValueError, RuntimeError) as exc:
+            self.messages.append(Message(f"distperf: cannot write the {what} to {where}: {exc}",
+                                         error=True))
+            return None
+
+    def say(self, text: str) -> None:
+        self.messages.append(Message(text))
+
+
 def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: str,
                   environments: Sequence[Environment] = (), env: Mapping[str, str] | None = None,
                   start_dir: Path | None = None) -> list[Message]:
@@ -49,53 +76,41 @@ def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: st
     the CI run's link); ``start_dir``: where pytest was started (paths are shown relative to
     it)."""
     env = os.environ if env is None else env
-    messages: list[Message] = []
-    artifacts: list[tuple[str, str]] = []
-
-    def shown(path: Path) -> str:
-        if start_dir is not None and path.is_relative_to(start_dir):
-            return str(path.relative_to(start_dir))
-        return str(path)
-
-    def attempt(what: str, where: Path, write: Callable[[], Sequence[Path] | None]
-                ) -> Sequence[Path] | None:
-        """The files ``write`` wrote, or None when it failed (and a line that says why)."""
-        try:
-            return write() or []
-        except (OSError, ValueError, RuntimeError) as exc:
-            messages.append(Message(f"distperf: cannot write the {what} to {where}: {exc}",
-                                    error=True))
-            return None
-
+    out = _Writer(start_dir)
     plots = outputs.plots_dir
     if plots is not None:
         from pytest_distperf.report.plots import write_plots
 
-        drawn = attempt("plots", plots, lambda: write_plots(plots, records))
+        drawn = out.attempt("plots", plots, lambda: write_plots(plots, records))
         if drawn is not None:
             names = ", ".join(p.name for p in drawn) or "none: nothing to plot"
-            messages.append(Message(f"distperf: plots written to {plots}: {names}"))
+            out.say(f"distperf: plots written to {plots}: {names}")
             if drawn:
-                artifacts.append(("plots", shown(plots)))
+                out.artifacts.append(("plots", out.shown(plots)))
     for fmt, path in outputs.exports:
-        files = attempt(f"{FORMATS[fmt]} export", path,
-                        functools.partial(write_export, fmt, path, records))
+        files = out.attempt(f"{FORMATS[fmt]} export", path,
+                            functools.partial(write_export, fmt, path, records))
         if files is not None:
-            listed = " and ".join(str(p) for p in files)
-            messages.append(Message(f"distperf: {FORMATS[fmt]} export written to {listed}"))
-            artifacts.append((f"{fmt} export", shown(path)))
+            out.say(f"distperf: {FORMATS[fmt]} export written to "
+                    + " and ".join(str(p) for p in files))
+            out.artifacts.append((f"{fmt} export", out.shown(path)))
     json_path = outputs.json_path
     # asked for: written even when nothing was measured
-    if json_path is not None and attempt("JSON report", json_path, lambda: write_json(
+    if json_path is not None and out.attempt("JSON report", json_path, lambda: write_json(
             json_path, records, header=header, environments=environments)) is not None:
-        messages.append(Message(f"distperf: JSON report written to {json_path}"))
-        artifacts.append(("JSON report", shown(json_path)))
+        out.say(f"distperf: JSON report written to {json_path}")
+        out.artifacts.append(("JSON report", out.shown(json_path)))
     if outputs.trace_dir is not None and outputs.trace_dir.is_dir():
-        artifacts.append(("traces", shown(outputs.trace_dir)))
-    if outputs.markdown_path is None and (outputs.step_summary is None or not records):
-        return messages
-    text = markdown_summary(records, header=header, environments=environments,
-                            artifacts=artifacts, url=run_url(env))
+        out.artifacts.append(("traces", out.shown(outputs.trace_dir)))
+    if outputs.markdown_path is not None or (outputs.step_summary is not None and records):
+        text = markdown_summary(records, header=header, environments=environments,
+                                artifacts=out.artifacts, url=run_url(env))
+        _write_summaries(out, outputs, text, bool(records))
+    return out.messages
+
+
+def _write_summaries(out: _Writer, outputs: Outputs, text: str, measured: bool) -> None:
+    """The Markdown summary, to its file and to the CI job's summary, as asked."""
     if outputs.markdown_path is not None:
         path = outputs.markdown_path
 
@@ -103,12 +118,10 @@ def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: st
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, text)
 
-        if attempt("Markdown summary", path, write_markdown) is not None:
-            messages.append(Message(f"distperf: Markdown summary written to {path}"))
-    if outputs.step_summary is not None and records:
+        if out.attempt("Markdown summary", path, write_markdown) is not None:
+            out.say(f"distperf: Markdown summary written to {path}")
+    if outputs.step_summary is not None and measured:
         summary = outputs.step_summary
-        if attempt("job summary ($GITHUB_STEP_SUMMARY)", summary,
-                   lambda: append_text(summary, text + "\n")) is not None:
-            messages.append(Message(f"distperf: summary appended to $GITHUB_STEP_SUMMARY "
-                                    f"({summary})"))
-    return messages
+        if out.attempt("job summary ($GITHUB_STEP_SUMMARY)", summary,
+                       lambda: append_text(summary, text + "\n")) is not None:
+            out.say(f"distperf: summary appended to $GITHUB_STEP_SUMMARY ({summary})")
