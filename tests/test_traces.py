@@ -227,6 +227,16 @@ def test_trace_file_name_is_safe() -> None:
     assert len(T.trace_file_name("t.py::" + "x" * 500)) < 200
 
 
+def test_trace_file_names_never_collide() -> None:
+    """Ids that read alike get different files; a plain id keeps its readable name."""
+    ids = ["t.py::test[a/b]", "t.py::test[a b]", "t.py::test[a_b]", "a/b.py::t", "a_b.py::t",
+           "t.py::" + "x" * 200, "t.py::" + "x" * 201]
+    names = [T.trace_file_name(i) for i in ids]
+    assert len(set(names)) == len(ids), names
+    assert T.trace_file_name("t.py::test_x") == "t.py__test_x.trace.json"
+    assert T.trace_file_name("t.py::test_x") == T.trace_file_name("t.py::test_x")
+
+
 # -- merging -------------------------------------------------------------------------------------
 def test_merge_one_process_per_rank_on_one_clock() -> None:
     base = 1_700_000_000_000_000_000

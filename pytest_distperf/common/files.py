@@ -13,13 +13,19 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def file_stem(nodeid: str) -> str:
-    """A file name stem for a test, unique per node id: ``tests_test_x.py__test_y`` (its
-    folders kept, so that same-named test files in two folders do not share files; long
-    ones cut and given a hash)."""
-    stem = _UNSAFE.sub("_", nodeid.replace("::", "__").replace("/", "_")).strip("_") or "test"
-    if len(stem) > 150:
-        stem = stem[:130] + "-" + hashlib.sha1(stem.encode()).hexdigest()[:10]
-    return stem
+    """A file name stem for a test, unique per node id: ``test_x.py__test_y``.
+
+    ``::`` becomes ``__``; where the id holds anything else that a file name cannot keep as
+    it is (a folder's ``/``, a parameter's brackets or spaces), the unsafe runs become ``_``
+    and a hash of the id follows (``tests_test_x.py__test_y-1c2d3e4f``), so that ``a/b``,
+    ``a b`` and ``a_b`` never share a file.  Long stems are cut before the hash.
+    """
+    readable = nodeid.replace("::", "__")
+    stem = _UNSAFE.sub("_", readable).strip("_") or "test"
+    if stem == readable and len(stem) <= 150:
+        return stem
+    digest = hashlib.sha1(nodeid.encode()).hexdigest()[:8]
+    return f"{stem[:130]}-{digest}"
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:

@@ -185,7 +185,8 @@ def _communication_findings(reference: RankProfile, collectives: Sequence[Collec
 
 
 def trace_file_name(nodeid: str, index: int = 1) -> str:
-    """A file name for a test's merged trace: ``tests_test_x.py__test_y_2.3.trace.json``."""
+    """A file name for a test's merged trace: ``test_x.py__test_y.3.trace.json`` (its
+    ``index``-th profile; see :func:`~pytest_distperf.common.files.file_stem`)."""
     stem = file_stem(nodeid)
     suffix = f".{index}" if index > 1 else ""
     return f"{stem}{suffix}.trace.json"
