@@ -169,15 +169,31 @@ def test_a_pool_started_from_a_thread_outlives_the_thread() -> None:
         pool.close()
 
 
-def test_a_pool_that_died_between_calls_is_said(pool: RankPool) -> None:
+def _kill_rank_1(pool: RankPool) -> None:
     if not pool.alive:
         pool.start()
     os.kill(pool.pids()[1], signal.SIGKILL)
     deadline = time.monotonic() + 30  # until the pool can see it (all its threads ended)
     while pool.alive and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def test_a_pool_that_died_between_calls_is_said(pool: RankPool) -> None:
+    _kill_rank_1(pool)
     with pytest.warns(RuntimeWarning, match=r"rank 1 \(exit code -9\) of the pool died "
                                             r"between calls; a fresh pool is started"):
+        assert call(pool, all_reduce_sum) == [3.0, 3.0]
+
+
+def test_a_rank_that_died_before_the_rank_info_is_said(pool: RankPool) -> None:
+    """A test's fixture asks for the rank info first: the death is said there, once."""
+    _kill_rank_1(pool)
+    with pytest.warns(RuntimeWarning, match=r"rank 1 \(exit code -9\) of the pool died "
+                                            r"between calls; a fresh pool is started for "
+                                            r"the rank info"):
+        assert len(pool.rank_info()) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert call(pool, all_reduce_sum) == [3.0, 3.0]
 
 

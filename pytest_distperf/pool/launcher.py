@@ -295,9 +295,17 @@ class RankPool:
             self._logs = None
 
     def rank_info(self) -> list[dict[str, Any]]:
-        if not self.alive:
-            self.start()
+        self._ensure_started("the rank info")
         return list(self._info)
+
+    def _ensure_started(self, what: str) -> None:
+        """Start the pool if it is not running; say so once if it was and a rank died."""
+        if self.alive:
+            return
+        if self._procs:
+            warnings.warn(f"distperf: {self._lost()} between calls; a fresh pool is started "
+                          f"for {what}", RuntimeWarning, stacklevel=3)
+        self.start()
 
     # -- calls ----------------------------------------------------------------------------
     def execute(
@@ -315,11 +323,7 @@ class RankPool:
                 f"({type(exc).__name__}: {exc}); define it in the test module or a module on "
                 f"sys.path, and pass picklable arguments"
             ) from None
-        if not self.alive:
-            if self._procs:  # it was running: say that it died, then start a fresh one
-                warnings.warn(f"distperf: {self._lost()} between calls; a fresh pool is "
-                              f"started for {label}", RuntimeWarning, stacklevel=2)
-            self.start()
+        self._ensure_started(label)
         try:
             if size < self.world_size and size not in self._subgroups:
                 call_id = self._new_id()
