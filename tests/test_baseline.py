@@ -1038,7 +1038,7 @@ def test_a_controlled_confidence_counts_measurements_not_samples() -> None:
 def test_a_baseline_says_what_change_its_measurements_can_tell() -> None:
     """``rule.detectable``: the spread of a baseline's measurements (each one's
     adjusted 25% quantile, in logs; their median absolute deviation as a standard
-    deviation) and the smallest change a test of CONTROL_WINDOWS measurements against them
+    deviation) and the smallest change a test of _CONTROL_MEASUREMENTS measurements against them
     tells at ALPHA, DETECTABLE_POWER of the time; cross-checked against scipy's MAD and
     normal quantiles.  One measurement far off moves it far less than a standard
     deviation.  A rate's is the same spread, read as a rate (a 10% longer time is a 9.1%
@@ -1099,7 +1099,7 @@ def test_a_save_whose_measurements_spread_too_far_for_its_tolerance_says_so() ->
 
 
 def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -> None:
-    """A save takes SAVE_CONTROL_WINDOWS measurements of a metric with the control, twice
+    """A save takes DEFAULT_SAVE_MEASUREMENTS measurements of a metric with the control, twice
     the most a comparison takes, and pools the quiet ones."""
     def metric(factor: float) -> Metric:
         return Metric("w.time_s", 0.02 * factor, "s", False, scaled(factor), control=CONTROL)
@@ -1189,6 +1189,230 @@ def test_verdicts_travel_with_the_record_and_render() -> None:
     record.measurements.append(Measurement("m", (Metric("w.time_s", 0.04, "s"),)))
     assert report.junit_properties(record) == [
         ("distperf.w.time_s", "40 ms"), ("distperf.w.time_s.verdict", "regressed (+100.0%)")]
+
+
+def test_a_report_and_a_baseline_file_written_before_the_rename_still_load(
+        tmp_path: Path) -> None:
+    """A JSON report's verdict of the older layout (``windows``; each measurement's samples
+    and controls side by side, without its value) reads as today's; a baseline file of
+    pooled measurements with both controls reads into one Samples."""
+    old = {"metric": "w.time_s", "verdict": "regressed", "windows": 6, "detail": "d",
+           "measurements": [{"samples": [0.02, 0.03, 0.01], "control": [1.0, 1.0, 1.0],
+                             "steal": 0.01, "wait": None, "other_load": 0.0,
+                             "memory_control": []}]}
+    record = from_dict(TestRecord, {"nodeid": "t.py::test_a", "world_size": 2,
+                                    "verdicts": [old]})
+    (v,) = record.verdicts
+    assert v.measurement_count == 6 and v.detail == "d"
+    (m,) = v.measurements
+    assert m == Measured(0.02, Samples((0.02, 0.03, 0.01), (1.0, 1.0, 1.0)), 0.01, None, 0.0)
+    assert from_dict(TestRecord, to_dict(record)) == record
+    path = tmp_path / "test_x.toml"
+    path.write_text(textwrap.dedent("""\
+        schema_version = 1
+        module = "tests/test_x.py"
+
+        [environments.e]
+        backend = "gloo"
+        device_type = "cpu"
+        device_model = "AMD EPYC 7R13"
+        device_count = 0
+        world_size = 2
+        torch_version = "2.13.0+cpu"
+        nccl_version = ""
+
+        [tests.test_a.e]
+        saved = "2025-01-02T03:04:05Z"
+
+        [tests.test_a.e.metrics."w.time_s"]
+        unit = "s"
+        higher_is_better = false
+        value = 0.021
+        estimate = 0.02
+        cpu_wait = 0.08
+        samples = [0.02, 0.021, 0.022, 0.023]
+        control = [0.0025, 0.0025, 0.0026, 0.0026]
+        memory_control = [0.0009, 0.0009, 0.0009, 0.0009]
+        measurements = [2, 2]
+        """))
+    file = bl.load(path)
+    assert file is not None
+    stored = (file.metrics("test_a", "e") or {})["w.time_s"]
+    assert stored.samples == Samples((0.02, 0.021, 0.022, 0.023),
+                                     (0.0025, 0.0025, 0.0026, 0.0026), (0.0009,) * 4, (2, 2))
+    assert (stored.value, stored.measured.wait, stored.measured.steal) == (0.021, 0.08, None)
+
+
+# -- the rule, sentence by sentence (docs/verdict-rule.md) ---------------------------------
+@pytest.mark.parametrize(("samples", "value", "hib", "fraction", "want"), [
+    (TIMES, 0.03, False, False, TIMES[1]),  # 20 samples: never below the second-best
+    (TIMES * 3, 0.03, False, False, 0.02019),  # 60: the 5% quantile
+    (TIMES, 0.03, True, False, TIMES[18]),  # a rate: the mirror, the second-best
+    (TIMES, 0.3, False, True, 0.3),  # a fraction: its own value
+    (TIMES[:4], 0.7, False, False, 0.7),  # too few samples: the value
+])
+def test_sentence_1_the_estimate(samples: tuple[float, ...], value: float, hib: bool,
+                                 fraction: bool, want: float) -> None:
+    assert bl.estimate(samples, value, hib, fraction) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("worse", "tolerance", "past"), [
+    (0.05, 0.10, True), (0.0499, 0.10, False), (0.30, 0.50, True), (-0.06, 0.10, False),
+    (math.inf, 0.10, True), (0.0, 0.0, False), (1e-9, 0.0, True),
+])
+def test_sentence_2_the_decision_line(worse: float, tolerance: float, past: bool) -> None:
+    assert rule._past(worse, tolerance) is past
+
+
+@pytest.mark.parametrize(("unit", "delta"), [
+    ("s", 5e-6), ("ms", 5e-3), ("us", 5.0), ("fraction", 0.05), ("GB/s", 0.0), ("", 0.0),
+])
+def test_sentence_2_the_smallest_delta_without_the_control(unit: str, delta: float) -> None:
+    assert stats.min_abs_delta(unit) == delta
+
+
+@pytest.mark.parametrize(("noise", "samples", "limit", "said"), [
+    (QUIET, TIMES, 0.5, []),
+    (BUSY, TIMES, 0.5, [BUSY_REASON]),
+    (NoiseFigures(1.0, 0.5, 0.9, None), TIMES, 0.5, []),  # steal and wait: reported only
+    (QUIET, (0.01,) * 5 + (0.03,) * 15, 0.5, ["sample spread 200% > 50%"]),
+    (QUIET, (0.01,) * 5 + (0.03,) * 15, 2.5, []),  # a metric that always spreads so
+    (None, TIMES[:3], 0.5, []),  # too few samples for a spread, nothing probed
+])
+def test_sentence_3_what_makes_a_measurement_too_noisy(
+        noise: NoiseFigures | None, samples: tuple[float, ...], limit: float,
+        said: list[str]) -> None:
+    assert rule.noise_reasons(window(samples, noise), False, limit=limit) == said
+
+
+@pytest.mark.parametrize(("p", "significant"), [
+    (None, True), (0.0, True), (0.0099, True), (0.01, False), (0.5, False),
+])
+def test_sentence_4_significance(p: float | None, significant: bool) -> None:
+    assert rule._significant(p) is significant
+
+
+@pytest.mark.parametrize(("factors", "can_confirm", "verdict", "more"), [
+    ((1.01,), True, bl.UNCHANGED, False),
+    ((0.5,), True, bl.IMPROVED, False),  # improved at once
+    ((2.0,), True, bl.INCONCLUSIVE, True),  # seen once: measured again
+    ((2.0,) * 4, True, bl.REGRESSED, False),  # 3 re-measurements bear it out
+    ((2.0, 2.0, 2.0, 1.0), True, bl.UNCHANGED, False),  # the best one clears it
+    ((2.0,), False, bl.REGRESSED, False),  # cannot be measured again
+])
+def test_sentence_5_without_the_control(factors: tuple[float, ...], can_confirm: bool,
+                                        verdict: str, more: bool) -> None:
+    got = decide(stored(), *[window(scaled(f)) for f in factors], can_confirm=can_confirm)
+    assert (got.verdict, got.more) == (verdict, more), got.detail
+
+
+def test_sentence_6_which_metrics_are_judged_with_the_control() -> None:
+    base = stored_controlled()
+    cases = [(base, [controlled()], True), (stored(), [controlled()], False),
+             (base, [window(TIMES)], False), (base, [controlled(), window(TIMES)], False),
+             (stored_with("s", False, 0.02, TIMES[:3], CONTROL[:3]), [controlled()], False),
+             (base, [controlled((0.0, *TIMES[1:]))], False),
+             (stored_with("fraction", False, 0.02, TIMES, CONTROL), [controlled()], False)]
+    assert [bl.controlled(b, ms) for b, ms, _ in cases] == [want for _, _, want in cases]
+
+
+@pytest.mark.parametrize(("factors", "set_aside"), [
+    ((1.0, 1.0, 1.0), 0), ((2.0, 1.0, 1.0), 1), ((2.0, 1.0), 0), ((2.0, 2.0, 1.0), 2),
+    ((1.2, 1.2, 1.2), 0),
+])
+def test_sentence_7_a_measurement_slowed_alone_is_set_aside_for_a_regression(
+        factors: tuple[float, ...], set_aside: int) -> None:
+    measured = [controlled(scaled(f)) for f in factors]
+    regression, improvement = rule._controlled_assessments(stored_controlled(), measured, 0.10)
+    assert (regression.set_aside, improvement.set_aside) == (set_aside, 0)
+    assert (regression is improvement) == (set_aside == 0)
+
+
+@pytest.mark.parametrize(("worse", "screened"), [
+    ((0.0, 0.0), True), ((0.024, 0.01), True), ((0.025, 0.0), False), ((0.0, 0.03), False),
+])
+def test_sentence_8_the_screen_looks_at_both_host_readings(worse: tuple[float, float],
+                                                          screened: bool) -> None:
+    readings_ = tuple(readings.Reading(name=name, change=w, worse=w, slope=1.0,
+                                       host_change=0.0, p_worse=1.0, p_better=1.0,
+                                       units_p_worse=1.0, units_p_better=1.0)
+                      for name, w in zip((readings.FITTED, readings.IN_PROPORTION), worse,
+                                         strict=True))
+    a = rule.Assessment(baseline=1.0, current=1.0, change=0.0, worse=worse[0],
+                        worse_like=False, better_like=False, readings=readings_)
+    assert rule._screened_out(a, 0.10) is screened
+
+
+@pytest.mark.parametrize(("host", "memory", "rate", "names"), [
+    (1.1, False, False, [readings.FITTED, readings.IN_PROPORTION]),
+    (1.1, True, False, [readings.FITTED, readings.IN_PROPORTION, readings.MEMORY]),
+    (1.1, True, True, [readings.FITTED, readings.IN_PROPORTION,
+                       readings.MEMORY_IN_PROPORTION]),
+])
+def test_sentence_9_the_readings_of_a_change(host: float, memory: bool, rate: bool,
+                                             names: list[str]) -> None:
+    base = stored_controlled(follows=0.3, memory=memory)
+    now = controlled(scaled(1.1), scaled(1.025 * host, CONTROL),
+                     memory=scaled(1.025 * host, MEMORY) if memory else ())
+    got = readings.read(base, [now], [now], rate=rate)
+    assert [r.name for r in got] == names
+    assert got[0].slope == pytest.approx(0.3, abs=0.02)
+    # where the host held its speed, the fitted reading is the only one
+    same = stored_with("s", False, TIMES[10], TIMES, CONTROL)
+    assert [r.name for r in readings.read(same, [controlled()], [controlled()])] == [
+        readings.FITTED]
+
+
+@pytest.mark.parametrize(("worse", "host", "beyond"), [
+    (0.10, 0.10, True), (0.05, 0.10, True), (0.049, 0.10, False), (-0.06, 0.10, True),
+    (0.01, 0.0, True),
+])
+def test_sentence_9_a_change_within_what_the_slope_could_leave(worse: float, host: float,
+                                                              beyond: bool) -> None:
+    a = rule.Assessment(baseline=1.0, current=1.0, change=worse, worse=worse,
+                        worse_like=False, better_like=False)
+    assert rule._beyond_host(a, host) is beyond
+
+
+@pytest.mark.parametrize(("factor", "alone"), [(0.7, True), (0.96, False), (1.2, False)])
+def test_sentence_10_an_improvement_borne_out_by_one_measurement(factor: float,
+                                                                 alone: bool) -> None:
+    assert rule._better_alone(stored_controlled(), controlled(scaled(factor)), 0.10) is alone
+
+
+@pytest.mark.parametrize(("before", "after", "tolerance", "hib", "verdict"), [
+    (2, 2, 0, False, bl.UNCHANGED), (2, 3, 0, False, bl.REGRESSED),
+    (3, 2, 0, False, bl.IMPROVED), (2, 3, 1, False, bl.UNCHANGED),
+    (0, 1, 0, False, bl.REGRESSED), (2, 3, 0, True, bl.IMPROVED),
+])
+def test_sentence_11_an_exact_metric(before: float, after: float, tolerance: float,
+                                     hib: bool, verdict: str) -> None:
+    base = bl.StoredMetric("calls/step", hib, Measured(float(before)), "exact")
+    got, _, detail = bl.decide_exact(base, Measured(float(after)), tolerance)
+    assert got == verdict
+    assert detail.startswith(f"{verdict}: ") if verdict != bl.UNCHANGED else detail == ""
+
+
+@pytest.mark.parametrize(("base", "measured", "head"), [
+    (stored(), [window(scaled(2.0))] * REG, "regressed: 100.0% slower than the baseline, "
+                                            "confirmed by 4 measurements; find the change"),
+    (stored(), [window(scaled(0.5))], "improved: 50.0% faster than the baseline, in its one "
+                                      "measurement; re-save with --distperf-save"),
+    (stored(), [window(scaled(1.8), BUSY)] * REG, "inconclusive: too noisy to tell in all 4 "
+                                                  "measurements; rerun on a quieter runner."),
+    (stored(tuple(10.0 + 0.1 * i for i in range(20)), "GB/s", True),
+     [window(tuple(5.0 + 0.05 * i for i in range(20)))] * REG,
+     "regressed: 50.0% lower than the baseline, confirmed by 4 measurements"),
+    (stored_controlled(), [controlled(scaled(1.2))] * CREG,
+     "regressed: 20.0% slower than the baseline with the host's speed taken out, confirmed "
+     "by 6 measurements; find the change that caused it, or re-save with --distperf-save if "
+     "it is intended. Readings: +20.0% at the fitted slope"),
+])
+def test_a_verdict_says_one_plain_sentence_before_its_figures(
+        base: bl.StoredMetric, measured: list[Measured], head: str) -> None:
+    detail = rule.decide(base, measured, 0.10, can_confirm=True).detail
+    assert detail.startswith(head), detail
+    assert "slope fitted" not in detail.split(". ")[0]  # no rule internals in the sentence
 
 
 @pytest.mark.parametrize(("value", "unit", "text"), [

@@ -170,7 +170,7 @@ def test_a_bandwidth_must_hold_in_proportion_to_the_memory_control(
 
 
 def test_a_baseline_of_fewer_measurements_errs_more(replay: ModuleType) -> None:
-    """The case for a save of twelve measurements (SAVE_CONTROL_WINDOWS), on R52 (`bench`,
+    """The case for a save of twelve measurements (DEFAULT_SAVE_MEASUREMENTS), on R52 (`bench`,
     two blocks): rebuilt from three of its save's six measurements (the first, the last,
     the odd or the even three), a baseline leaves its runs erring more than rebuilt from all
     six: false alarms, false improvements, clean runs left inconclusive and missed

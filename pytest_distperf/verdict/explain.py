@@ -6,7 +6,8 @@ A verdict's detail is one plain sentence (what changed, how sure, what to do), t
 
     inconclusive: the host ran 26% slower than at the save, enough to hide a change this
     size (+8.0%); rerun on a quieter runner or re-save. Readings: +8.0% at the fitted slope
-    (0.41), +1.2% in proportion; +8.0% is within 0.5 x the host's change
+    (0.41), +1.2% in proportion (since the save: the host-speed control 26% slower); +8.0%
+    is within 0.5 x the host's change, what an error in the fitted slope could leave
 
 A measurement of ``ddp_step_timer`` stores, beside the metrics it is judged by, the exact
 collective counts of a step (``comm.<op>.calls``, ``comm.<op>.bytes``, ``comm.buckets``)
@@ -263,7 +264,7 @@ def fresh_ranks(detail: str, remeasurements: int) -> str:
 #: The verdicts that get an explanation.
 EXPLAINED = (REGRESSED, IMPROVED, INCONCLUSIVE)
 #: Bytes that move by less than this fraction (with more calls) are a small extra message.
-SMALL_EXTRA = 0.01
+_SMALL_EXTRA = 0.01
 _COMM = re.compile(r"comm\.(?P<op>.+)\.(?P<what>calls|bytes)(?:#\d+)?$")
 _BUCKETS = re.compile(r"comm\.buckets(?:#\d+)?$")
 _SUFFIX = re.compile(r"#\d+$")
@@ -365,7 +366,7 @@ def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
                 + ("more data per call (a larger model?)" if b1 > b0 else
                    "less data per call (a smaller model, or compression?)"))
     text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}, {size}"
-    if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < SMALL_EXTRA:
+    if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < _SMALL_EXTRA:
         text += (f": a small extra message per {where} (find_unused_parameters' "
                  "used-parameter map? a new all_reduce of a scalar?)" if op == "all_reduce"
                  else f": a small extra message per {where}")

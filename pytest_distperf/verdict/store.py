@@ -42,7 +42,7 @@ SCHEMA_VERSION = 1
 TIME_UNITS = ("s", "ms", "us", "ns")
 #: How deeply tables and arrays may nest in a baseline file (its layout needs 7 levels):
 #: far deeper ones could be read but not written back (the writer recurses).
-MAX_NESTING = 32
+_MAX_NESTING = 32
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 _ENV_FIELDS: tuple[tuple[str, type], ...] = (
@@ -254,7 +254,7 @@ def parse(path: Path, raw: bytes) -> BaselineFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BaselineError(path, raw[: exc.start].count(b"\n") + 1, "not UTF-8 text") from None
-    too_deep = (f"nested too deeply to read (arrays or tables more than {MAX_NESTING} "
+    too_deep = (f"nested too deeply to read (arrays or tables more than {_MAX_NESTING} "
                 "levels inside each other)")
     long_key = _LONG_DOTTED_KEY.search(text)
     if long_key:  # refused before tomllib, which takes time quadratic in a key's parts
@@ -272,23 +272,23 @@ def parse(path: Path, raw: bytes) -> BaselineFile:
                             f"a number of more than {limit} digits") from None
     except RecursionError:
         raise BaselineError(path, None, too_deep) from None
-    if _nesting(data) > MAX_NESTING:
+    if _nesting(data) > _MAX_NESTING:
         raise BaselineError(path, None, too_deep)
     _validate(path, text, data)
     return BaselineFile(path, data)
 
 
-#: A key of more dotted parts than MAX_NESTING allows, at the start of a line or a header.
+#: A key of more dotted parts than _MAX_NESTING allows, at the start of a line or a header.
 _LONG_DOTTED_KEY = re.compile(
     r"""^[ \t]*\[*[ \t]*(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*)"""
-    rf"{{{MAX_NESTING},}}", re.MULTILINE)
+    rf"{{{_MAX_NESTING},}}", re.MULTILINE)
 
 
 def _nesting(data: Any) -> int:
     """How many levels of tables and arrays ``data`` has, counted without recursion (and
-    only up to one level past :data:`MAX_NESTING`)."""
+    only up to one level past :data:`_MAX_NESTING`)."""
     deepest, stack = 0, [(data, 1)]
-    while stack and deepest <= MAX_NESTING:
+    while stack and deepest <= _MAX_NESTING:
         node, depth = stack.pop()
         if isinstance(node, (dict, list)):
             deepest = max(deepest, depth)
