@@ -1374,10 +1374,15 @@ def test_sentence_9_a_change_within_what_the_slope_could_leave(worse: float, hos
     assert rule._beyond_host(a, host) is beyond
 
 
-@pytest.mark.parametrize(("factor", "alone"), [(0.7, True), (0.96, False), (1.2, False)])
-def test_sentence_10_an_improvement_borne_out_by_one_measurement(factor: float,
-                                                                 alone: bool) -> None:
-    assert rule._better_alone(stored_controlled(), controlled(scaled(factor)), 0.10) is alone
+@pytest.mark.parametrize(("factors", "borne_out"), [
+    ((0.7,), False),  # one measurement: never
+    ((0.7, 0.7), True), ((1.0, 0.7), True),  # the last one better on its own
+    ((0.7, 0.96), False), ((0.7, 1.2), False),
+])
+def test_sentence_10_an_improvement_borne_out_by_its_last_measurement(
+        factors: tuple[float, ...], borne_out: bool) -> None:
+    measured = [controlled(scaled(f)) for f in factors]
+    assert rule._borne_out(stored_controlled(), measured, 0.10) is borne_out
 
 
 @pytest.mark.parametrize(("before", "after", "tolerance", "hib", "verdict"), [

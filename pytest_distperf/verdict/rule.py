@@ -244,11 +244,11 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
     """Sentences 6-10: a time (or a rate, as the time it stands for) with the host-speed
     control, by its readings (:func:`~.readings.read`)."""
     regression, improvement = _controlled_assessments(base, measurements, tolerance)
-    n, more = len(measurements), can_confirm and len(measurements) < _CONTROL_MEASUREMENTS
+    n = len(measurements)
+    more = can_confirm and n < _CONTROL_MEASUREMENTS
     host = abs(regression.host_change or 0.0)
-    improving = all(_past(-r.worse, tolerance) for r in improvement.readings)
-    if improving and more and (n < _IMPROVEMENT_MEASUREMENTS
-                               or not _better_alone(base, measurements[-1], tolerance)):
+    improving = _all_past(improvement.readings, tolerance, better=True)
+    if improving and more and not _borne_out(base, measurements, tolerance):
         return Decision(INCONCLUSIVE, regression, explain.AWAITING, True)
     least_improved = max(improvement.readings, key=lambda r: r.worse)
     if (improving and _beyond_host(improvement, host)
@@ -257,13 +257,13 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
                         False)
     if more and not _screened_out(regression, tolerance):
         return Decision(INCONCLUSIVE, regression, explain.AWAITING, True)
-    if (regression.worse_like or regression.better_like) and not _beyond_host(regression,
-                                                                              host):
+    moved = regression.worse_like or regression.better_like
+    if moved and not _beyond_host(regression, host):
         return Decision(INCONCLUSIVE, regression,
                         explain.host_hides(regression, base, _SLOPE_ERROR), False)
     if not any(_past(r.worse, tolerance) for r in _host_readings(regression)):
         return Decision(UNCHANGED, regression, "", False)
-    if not all(_past(r.worse, tolerance) for r in regression.readings):
+    if not _all_past(regression.readings, tolerance):
         return Decision(INCONCLUSIVE, regression,
                         explain.readings_disagree(regression, base), False)
     least = min(regression.readings, key=lambda r: r.worse)
@@ -272,6 +272,11 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
                         explain.regressed(regression, base, n, tolerance), False)
     return Decision(INCONCLUSIVE, regression,
                     explain.not_clear(regression, base, least.p_worse, _ALPHA), False)
+
+
+def _all_past(readings: Sequence[Reading], tolerance: float, *, better: bool = False) -> bool:
+    """Every reading past the line (``better``: in the better direction)."""
+    return all(_past(-r.worse if better else r.worse, tolerance) for r in readings)
 
 
 def _controlled_assessments(base: StoredMetric, measurements: Sequence[Measured],
@@ -328,11 +333,17 @@ def _beyond_host(a: Assessment, host: float) -> bool:
     return abs(a.worse) >= _SLOPE_ERROR * host
 
 
+def _borne_out(base: StoredMetric, measurements: Sequence[Measured], tolerance: float) -> bool:
+    """Sentence 10: an improvement has ``_IMPROVEMENT_MEASUREMENTS`` and its last one is
+    better than the line on its own."""
+    return (len(measurements) >= _IMPROVEMENT_MEASUREMENTS
+            and _better_alone(base, measurements[-1], tolerance))
+
+
 def _better_alone(base: StoredMetric, m: Measured, tolerance: float) -> bool:
-    """Sentence 10: one measurement, on its own, better than the line by every host
-    reading."""
+    """One measurement, on its own, better than the line by every host reading."""
     alone = _controlled_assessments(base, [m], tolerance)[0]
-    return all(_past(-r.worse, tolerance) for r in _host_readings(alone))
+    return _all_past(_host_readings(alone), tolerance, better=True)
 
 
 def representative(items: Sequence[T], badness: Callable[[T], float], fraction: bool) -> T:
