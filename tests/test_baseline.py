@@ -334,7 +334,7 @@ def test_mann_whitney_matches_the_textbook() -> None:
 @pytest.mark.parametrize(("nx", "ny"), [(1, 1), (3, 2), (5, 5), (4, 9), (10, 10), (7, 20),
                                         (25, 25), (50, 50), (60, 60)])
 def test_mann_whitney_agrees_with_scipy(nx: int, ny: int) -> None:
-    """Exact without ties up to EXACT_PAIRS pairs, asymptotic (tie and continuity
+    """Exact without ties up to _EXACT_PAIRS pairs, asymptotic (tie and continuity
     corrections) beyond them and with ties: scipy's own methods, to rounding."""
     scipy_stats = pytest.importorskip("scipy.stats")
     rng = random.Random(nx * 100 + ny)
@@ -850,7 +850,7 @@ def test_a_measurement_slowed_alone_is_set_aside() -> None:
     assert len(bl.without_outliers([odd, controlled(), controlled()], 0.10)) == 2
     verdict, a, _, _ = decide(base, *[odd] * (CREG - 1), controlled())
     assert verdict == bl.UNCHANGED and abs(a.change or 0.0) < 1e-9
-    # within OUTLIER_FACTOR x the tolerance of the fastest sibling: kept
+    # within _OUTLIER_FACTOR x the tolerance of the fastest sibling: kept
     near = controlled(scaled(1 + readings._OUTLIER_FACTOR * 0.10 * 0.9))
     assert len(bl.without_outliers([near, controlled(), controlled()], 0.10)) == 3
     # slower relative to its own control only: a host that slowed, not an outlier
