@@ -1,8 +1,9 @@
 """Every part of the controlled verdict rule earns its place: remove one idea at a time.
 
-For each idea of the rule with the host-speed control (``pytest_distperf/verdict/rule.py``'s
-module docstring, ``stats.py``, ``noise.py``, ``parts.py``) a named switch takes it out by
-patching the package's functions or constants from here (the package is not changed), and
+For each idea of the rule with the host-speed control (docs/verdict-rule.md; the code in
+``pytest_distperf/verdict/``: ``rule.py``, ``readings.py``, ``stats.py``, ``noise.py``) a
+named switch takes it out by patching the package's functions or constants from here (the
+package is not changed), and
 every recorded run in ``benchmarks/data/`` is judged again (``benchmarks/replay.py``: the
 sequential screen included, a run that wants more measurements than it recorded takes them
 from the other runs of its block with the same work) against the same replay with no idea
@@ -10,7 +11,7 @@ removed:
 
 * every recording with its controlled metric (``matmul.time_s``: R42, R44, R45;
   ``all_reduce.4MiB.busbw_gbps``: R47, R52, R61, R69; ``step_time_s`` and
-  ``compute_time_s``: R59, the step judged by its parts as the plugin does);
+  ``compute_time_s``: R59);
 * as recorded, and on a host 10% slower and 10% faster at every compare run than at the
   save (``replay.py --host-change``: every control and time scaled together; a bandwidth
   divided where a time is multiplied, as ``--time-change`` allows), and for R59 the drift
@@ -56,21 +57,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import replay
 
-from pytest_distperf.records import (
-    IMPROVED,
-    INCONCLUSIVE,
-    REGRESSED,
-    UNCHANGED,
-    Verdict,
-)
-from pytest_distperf.verdict import noise, parts, rule, stats
+from pytest_distperf.records import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, Measured
+from pytest_distperf.verdict import measurements, noise, readings, rule, stats
+from pytest_distperf.verdict.judgement import MAX_ROUNDS
 
 DATA = Path(__file__).resolve().parent / "data"
 BUSBW = "all_reduce.4MiB.busbw_gbps"
 TOLERANCE = replay.TOLERANCE
 
-#: (file, its metrics): a recording of ddp_verdicts.py holds the step and its compute,
-#: judged together (the step by its parts).
+#: (file, its metrics): a recording of ddp_verdicts.py holds the step and its compute.
 RECORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("r42", ("matmul.time_s",)),
     ("r44", ("matmul.time_s",)),
@@ -103,76 +98,45 @@ SCENARIOS = (
 # The switches
 
 
-_ORIG: dict[str, Any] = {name: getattr(rule, name) for name in (
-    "_memory_end", "_ends", "without_outliers", "assess_controlled", "_better_alone")}
-_ORIG_TOO_NOISY = noise.NoiseFigures.too_noisy
+_ORIG: dict[str, Any] = {"_controlled_assessments": rule._controlled_assessments,
+                         "_memory_between": readings._memory_between}
+_MEMORY = (readings.MEMORY, readings.MEMORY_IN_PROPORTION)
 
 
-def _memory_end_off(direction: bool | None) -> Callable[..., Any]:
-    """``_memory_end`` returning None (no memory end) for ``direction`` (slower: the
-    regression's; None: both)."""
-    def patched(base: Any, windows: Any, tolerance: float, *, slower: bool = True) -> Any:
-        if direction is None or slower == direction:
-            return None
-        return _ORIG["_memory_end"](base, windows, tolerance, slower=slower)
+def _without_readings(names: tuple[str, ...], regression: bool,
+                      improvement: bool) -> Callable[..., Any]:
+    """``rule._controlled_assessments`` with the readings ``names`` left out of the
+    regression's assessment, the improvement's, or both."""
+    def patched(base: Any, measured: Any, tolerance: float) -> tuple[Any, Any]:
+        worse, better = _ORIG["_controlled_assessments"](base, measured, tolerance)
+
+        def strip(a: Any) -> Any:
+            return dataclasses.replace(a, readings=tuple(r for r in a.readings
+                                                         if r.name not in names))
+        return strip(worse) if regression else worse, strip(better) if improvement else better
     return patched
 
 
-def _ends_off(direction: bool | None) -> Callable[..., Any]:
-    """``_ends`` with no 1:1 end (both ends the fitted slope's) for ``direction``."""
-    def patched(base: Any, windows: Any, tolerance: float, a: Any, *,
-                slower: bool = True) -> Any:
-        if direction is None or slower == direction:
-            return a, a
-        return _ORIG["_ends"](base, windows, tolerance, a, slower=slower)
-    return patched
-
-
-def _outliers_off(direction: bool | None) -> Callable[..., Any]:
-    """``without_outliers`` keeping every measurement for ``direction`` (slower: those
-    slowed alone; False: those sped up alone; None: both)."""
-    def patched(windows: Sequence[Any], tolerance: float, *, slower: bool = True,
-                higher_is_better: bool = False) -> list[Any]:
-        if direction is None or slower == direction:
-            return list(windows)
-        return _ORIG["without_outliers"](windows, tolerance, slower=slower,
-                                         higher_is_better=higher_is_better)
-    return patched
-
-
-def _assess_noisy_judged(base: Any, windows: Any, tolerance: float, slope: Any = None, *,
-                         slower: bool = True, memory: bool = False,
-                         memory_in_proportion: bool = False) -> Any:
-    """``assess_controlled`` that trusts the pooled measurements when none is quiet (they
-    are pooled and judged all the same, as without the idea that noisy ones clear
-    nothing)."""
-    a = _ORIG["assess_controlled"](base, windows, tolerance, slope, slower=slower,
-                                   memory=memory, memory_in_proportion=memory_in_proportion)
-    return dataclasses.replace(a, noisy=())
-
-
-def _assess_rate_like_time(base: Any, windows: Any, tolerance: float, slope: Any = None, *,
-                           slower: bool = True, memory: bool = False,
-                           memory_in_proportion: bool = False) -> Any:
-    """``assess_controlled`` with a bandwidth's memory end at the slope of the two
+def _memory_like_time(host_log: float, memory_log: float, fitted: float,
+                      rate: bool) -> tuple[str, float, float]:
+    """``readings._memory_between`` with a bandwidth's memory reading at the ratio of the
     controls' changes, as a time's (not the memory control's change 1:1)."""
-    return _ORIG["assess_controlled"](base, windows, tolerance, slope, slower=slower,
-                                      memory=memory, memory_in_proportion=False)
+    return _ORIG["_memory_between"](host_log, memory_log, fitted, False)
 
 
 def _control_slope(clip: tuple[float, float] = (0.0, 1.0), centre: bool = True,
                    fixed: float | None = None) -> Callable[..., float]:
-    """``rule.control_slope`` as it is (checked against it), clipped to ``clip``, each side
-    centred on its own median or (``centre`` false) both on the median of all; ``fixed``:
-    that slope, no fit."""
-    def patched(base: Any, windows: Any) -> float:
+    """``readings.control_slope`` as it is (checked against it), clipped to ``clip``, each
+    side centred on its own median or (``centre`` false) both on the median of all;
+    ``fixed``: that slope, no fit."""
+    def patched(base: Any, measured: Sequence[Measured]) -> float:
         if fixed is not None:
             return fixed
-        sides = [stats.control_points(base.parts()),
-                 stats.control_points(rule._parts_of(windows))]
+        sides = [stats.control_points(measurements.parts(base.samples)),
+                 stats.control_points(measurements.parts_of(measured))]
         if not centre:
             sides = [[p for side in sides for p in side]]
-        return rule.fitted_slope(sides, clip)
+        return readings.fitted_slope(sides, clip)
     return patched
 
 
@@ -191,106 +155,83 @@ class Switch:
     save_only: tuple[Patch, ...] = ()  # in the saves alone (``saves`` mode only)
     saves: bool = False  # replayed with the baselines rebuilt as well
     stored: bool = True  # replayed against the baselines as stored
-    no_parts: bool = False  # the step not judged by its parts
     alternative: bool = False  # not a removal: another rule in the idea's place
 
 
 INF = math.inf
+_BETWEEN = (readings.IN_PROPORTION,)
 SWITCHES: tuple[Switch, ...] = (
     # the memory control
     Switch("memory-end", "the memory control's veto (the memory end), both directions",
-           ((rule, "_memory_end", _memory_end_off(None)),)),
+           ((rule, "_controlled_assessments", _without_readings(_MEMORY, True, True)),)),
     Switch("memory-end-regression", "the memory end of a regression",
-           ((rule, "_memory_end", _memory_end_off(True)),)),
+           ((rule, "_controlled_assessments", _without_readings(_MEMORY, True, False)),)),
     Switch("memory-end-improvement", "the memory end of an improvement",
-           ((rule, "_memory_end", _memory_end_off(False)),)),
+           ((rule, "_controlled_assessments", _without_readings(_MEMORY, False, True)),)),
     Switch("memory-slope-ratio", "a time's memory end at the ratio of the two controls' "
-           "changes (MEMORY_SLOPE_MAX = 1: the memory end of a time is the 1:1 end)",
-           ((rule, "MEMORY_SLOPE_MAX", 1.0),)),
-    Switch("memory-slope-max", "the cap of that ratio (MEMORY_SLOPE_MAX = inf)",
-           ((rule, "MEMORY_SLOPE_MAX", INF),)),
+           "changes (_MEMORY_SLOPE_MAX = 1: the memory end of a time is the 1:1 end)",
+           ((readings, "_MEMORY_SLOPE_MAX", 1.0),)),
+    Switch("memory-slope-max", "the cap of that ratio (_MEMORY_SLOPE_MAX = inf)",
+           ((readings, "_MEMORY_SLOPE_MAX", INF),)),
     Switch("memory-rate-1:1", "a bandwidth's memory end 1:1 on the memory control's change "
            "(judged at the ratio of the controls' changes, as a time)",
-           ((rule, "assess_controlled", _assess_rate_like_time),)),
+           ((readings, "_memory_between", _memory_like_time),)),
     # the host's change between the sides
-    Switch("between-slope", "the 1:1 end (BETWEEN_SLOPE), both directions",
-           ((rule, "_ends", _ends_off(None)),)),
+    Switch("between-slope", "the 1:1 end (_BETWEEN_SLOPE), both directions",
+           ((rule, "_controlled_assessments", _without_readings(_BETWEEN, True, True)),)),
     Switch("between-slope-regression", "the 1:1 end of a regression",
-           ((rule, "_ends", _ends_off(True)),)),
+           ((rule, "_controlled_assessments", _without_readings(_BETWEEN, True, False)),)),
     Switch("between-slope-improvement", "the 1:1 end of an improvement",
-           ((rule, "_ends", _ends_off(False)),)),
-    Switch("slope-error", "the slope-error floor (SLOPE_ERROR = 0)",
-           ((rule, "SLOPE_ERROR", 0.0),)),
+           ((rule, "_controlled_assessments", _without_readings(_BETWEEN, False, True)),)),
+    Switch("slope-error", "the slope-error floor (_SLOPE_ERROR = 0)",
+           ((rule, "_SLOPE_ERROR", 0.0),)),
     # the fit
     Switch("slope-clip", "the clipping of the fitted slope to [0, 1]",
-           ((rule, "control_slope", _control_slope(clip=(-INF, INF))),)),
+           ((readings, "control_slope", _control_slope(clip=(-INF, INF))),)),
     Switch("fit-centring", "each side centred on its own median in the fit (one centre)",
-           ((rule, "control_slope", _control_slope(centre=False)),)),
+           ((readings, "control_slope", _control_slope(centre=False)),)),
     Switch("fit=1", "the fit: every time taken out 1:1 against its control (slope 1)",
-           ((rule, "control_slope", _control_slope(fixed=1.0)),), alternative=True),
+           ((readings, "control_slope", _control_slope(fixed=1.0)),), alternative=True),
     Switch("fit=0", "the fit: slope 0 within the sides (the 1:1 end between them stays)",
-           ((rule, "control_slope", _control_slope(fixed=0.0)),), alternative=True),
+           ((readings, "control_slope", _control_slope(fixed=0.0)),), alternative=True),
     Switch("control-level-quantile", "a measurement's control level at the 25% quantile of "
-           "its controls (CONTROL_LEVEL_QUANTILE = 0.5: the median)",
-           ((stats, "CONTROL_LEVEL_QUANTILE", 0.5),)),
+           "its controls (_CONTROL_LEVEL_QUANTILE = 0.5: the median)",
+           ((stats, "_CONTROL_LEVEL_QUANTILE", 0.5),)),
     Switch("control-estimator-quantile", "the adjusted samples judged by their 25% quantile "
-           "(CONTROL_ESTIMATOR_QUANTILE = 0.5: the median)",
-           ((rule, "CONTROL_ESTIMATOR_QUANTILE", 0.5),), saves=True),
-    # the outliers
-    Switch("outliers", "the outlier set-aside in compare runs, both directions "
-           "(OUTLIER_FACTOR = inf)", ((rule, "OUTLIER_FACTOR", INF),)),
-    Switch("outliers-slower", "the set-aside of measurements slowed alone (a regression's)",
-           ((rule, "without_outliers", _outliers_off(True)),)),
-    Switch("outliers-faster", "the set-aside of measurements sped up alone (an improvement's)",
-           ((rule, "without_outliers", _outliers_off(False)),)),
+           "(_CONTROL_ESTIMATOR_QUANTILE = 0.5: the median)",
+           ((readings, "_CONTROL_ESTIMATOR_QUANTILE", 0.5),), saves=True),
+    # the outliers (those slowed alone; an improvement's set-aside is gone)
+    Switch("outliers", "the outlier set-aside in compare runs (_OUTLIER_FACTOR = inf)",
+           ((rule, "without_outliers", lambda measured, tolerance, **_: list(measured)),)),
     Switch("outliers-save", "the outlier set-aside in saves",
-           save_only=((rule, "without_outliers", _outliers_off(None)),), saves=True,
-           stored=False),
+           save_only=((readings, "_OUTLIER_FACTOR", INF),), saves=True, stored=False),
     Switch("outliers-everywhere", "the outlier set-aside in saves and compare runs",
-           ((rule, "OUTLIER_FACTOR", INF),), saves=True, stored=False),
+           ((readings, "_OUTLIER_FACTOR", INF),), saves=True, stored=False),
     # the improvement
     Switch("improvement-windows", "an improvement's two measurements, the last one past the "
-           "line alone (CONTROL_IMPROVEMENT_WINDOWS = 1)",
-           ((rule, "CONTROL_IMPROVEMENT_WINDOWS", 1), (rule, "_better_alone", _always(True)))),
+           "line alone (_IMPROVEMENT_MEASUREMENTS = 1)",
+           ((rule, "_IMPROVEMENT_MEASUREMENTS", 1), (rule, "_better_alone", _always(True)))),
     Switch("better-alone", "an improvement's last measurement past the line alone (two "
            "measurements still)", ((rule, "_better_alone", _always(True)),)),
     # noise
-    Switch("spread-limit", "the spread limit (SPREAD_LIMIT = inf; SPREAD_RATIO with it)",
-           ((rule, "SPREAD_LIMIT", INF),), saves=True),
+    Switch("spread-limit", "the spread limit (_SPREAD_LIMIT = inf; _SPREAD_RATIO with it)",
+           ((rule, "_SPREAD_LIMIT", INF),), saves=True),
     Switch("spread-ratio", "the spread limit relative to the baseline's spread "
-           "(SPREAD_RATIO = 0: SPREAD_LIMIT alone)", ((rule, "SPREAD_RATIO", 0.0),),
+           "(_SPREAD_RATIO = 0: _SPREAD_LIMIT alone)", ((rule, "_SPREAD_RATIO", 0.0),),
            saves=True),
-    Switch("estimator-floor", "the spread's estimate never below the second-best sample "
-           "(stats.estimator_quantile: ESTIMATOR_QUANTILE alone)",
-           ((stats, "estimator_quantile", _always(stats.ESTIMATOR_QUANTILE)),), saves=True),
     Switch("noise-probe", "the noise probe (no measurement too noisy by it)",
            ((noise.NoiseFigures, "too_noisy", lambda self: []),), saves=True),
-    Switch("steal-limit", "the host steal limit (STEAL_LIMIT = inf)",
-           ((noise, "STEAL_LIMIT", INF),), saves=True),
-    Switch("other-load-limit", "the other processes' load limit (OTHER_LOAD_LIMIT = inf)",
-           ((noise, "OTHER_LOAD_LIMIT", INF),), saves=True),
-    Switch("wait-floor", "the ranks' CPU wait floor with the other load "
-           "(WAIT_FLOOR = -inf: the other load alone)", ((noise, "WAIT_FLOOR", -INF),),
-           saves=True),
-    Switch("wait-limit", "the CPU wait limit where the other load is unknown "
-           "(WAIT_LIMIT = inf)", ((noise, "WAIT_LIMIT", INF),), saves=True),
-    Switch("noisy-clears-nothing", "with no quiet measurement, inconclusive (the noisy "
-           "ones pooled and judged instead)",
-           ((rule, "assess_controlled", _assess_noisy_judged),)),
+    Switch("other-load-limit", "the other processes' load limit (_OTHER_LOAD_LIMIT = inf)",
+           ((noise, "_OTHER_LOAD_LIMIT", INF),), saves=True),
     # the screen and the tests
-    Switch("screen", "the sequential screen (CONTROL_SCREEN_FRACTION = -inf: always "
-           "CONTROL_WINDOWS measurements for a verdict other than improved)",
-           ((rule, "CONTROL_SCREEN_FRACTION", -INF),)),
-    Switch("screen-at-line", "the screen's own fraction (CONTROL_SCREEN_FRACTION = "
-           "DECISION_FRACTION: unchanged as soon as the pooled change is under the line)",
-           ((rule, "CONTROL_SCREEN_FRACTION", rule.DECISION_FRACTION),), alternative=True),
-    Switch("mann-whitney", "the Mann-Whitney gate at ALPHA (ALPHA = inf)",
-           ((rule, "ALPHA", INF),)),
-    Switch("exact-pairs", "the exact Mann-Whitney p-value (EXACT_PAIRS = 0: the normal "
-           "approximation)", ((stats, "EXACT_PAIRS", 0),)),
-    Switch("min-abs-delta", "the minimum absolute delta by unit (MIN_ABS_DELTA = {})",
-           ((stats, "MIN_ABS_DELTA", {}),)),
-    Switch("parts", "the step judged by its parts (verdict/parts.py)", no_parts=True),
+    Switch("screen", "the sequential screen (_SCREEN_FRACTION = -inf: always "
+           "_CONTROL_MEASUREMENTS measurements for a verdict other than improved)",
+           ((rule, "_SCREEN_FRACTION", -INF),)),
+    Switch("screen-at-line", "the screen's own fraction (_SCREEN_FRACTION = "
+           "_DECISION_FRACTION: unchanged as soon as the pooled change is under the line)",
+           ((rule, "_SCREEN_FRACTION", rule._DECISION_FRACTION),), alternative=True),
+    Switch("mann-whitney", "the Mann-Whitney gate at _ALPHA (_ALPHA = inf)",
+           ((rule, "_ALPHA", INF),)),
 )
 BY_NAME = {s.name: s for s in SWITCHES}
 REFERENCE = Switch("reference", "nothing removed")
@@ -327,17 +268,17 @@ def _order(run: replay.Run, pool: list[dict[str, Any]]) -> list[int]:
     positions, so that a step and its compute are padded with the same measurements."""
     own = [next(i for i, m in enumerate(pool) if m is x) for x in run.measurements]
     spare = [i for i, m in enumerate(pool) if m not in run.measurements]
-    random.Random(repr(run.measurements[0]["samples"][:3])).shuffle(spare)
-    return (own + spare)[: rule.MAX_ROUNDS]
+    random.Random(repr(replay._values(run.measurements[0])[:3])).shuffle(spare)
+    return (own + spare)[:MAX_ROUNDS]
 
 
-def judge(base: Any, wins: list[rule.Window]) -> tuple[str, float | None, int]:
+def judge(base: Any, measured: list[Measured]) -> tuple[str, float | None, int]:
     """(verdict, change, measurements used), the rule asked one measurement at a time."""
-    for k in range(1, len(wins) + 1):
-        verdict, a, _, more = rule.decide(base, wins[:k], TOLERANCE, can_confirm=True)
+    for k in range(1, len(measured) + 1):
+        verdict, a, _, more = rule.decide(base, measured[:k], TOLERANCE, can_confirm=True)
         if not more:
             return verdict, a.change, k
-    return "wanted more", None, len(wins)
+    return "wanted more", None, len(measured)
 
 
 def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
@@ -347,7 +288,6 @@ def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
     data = recording(name)
     metrics = dict(RECORDINGS)[name]
     out: dict[str, list[tuple[float, str]]] = {}
-    changes: dict[str, list[float | None]] = {}
     first: list[replay.Run] | None = None
     first_pool: dict[tuple[int, float], list[dict[str, Any]]] = {}
     for metric in metrics:
@@ -363,7 +303,7 @@ def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
         if time_change is None and rate:
             time_change = 1.0 / (1.0 + scenario.host) - 1.0  # a slower host: less bandwidth
         rebuilt: dict[int, Any] = {}
-        verdicts, deltas = [], []
+        verdicts = []
         for run, lead in zip(runs, first, strict=True):
             base = run.base
             if mode == "saves":
@@ -379,33 +319,14 @@ def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
             order = _order(lead, first_pool[(lead.block, lead.extra)])
             chosen = [here[i] for i in order]
             assert chosen[: len(run.measurements)] == run.measurements
-            wins = replay.windows(chosen, 1.0 + scenario.host, 1.0,
-                                  None if scenario.memory is None else 1.0 + scenario.memory,
-                                  None if time_change is None else 1.0 + time_change)
+            measured = replay.measurements(
+                chosen, 1.0 + scenario.host, 1.0,
+                None if scenario.memory is None else 1.0 + scenario.memory,
+                None if time_change is None else 1.0 + time_change)
             with patched(switch.patches):
-                verdict, change, _ = judge(base, wins)
+                verdict, _, _ = judge(base, measured)
             verdicts.append((run.extra, verdict))
-            deltas.append(change)
         out[metric] = verdicts
-        changes[metric] = deltas
-    if "step_time_s" in out and "compute_time_s" in out and not switch.no_parts:
-        out["step_time_s"] = by_parts(out["step_time_s"], changes["step_time_s"],
-                                      out["compute_time_s"], changes["compute_time_s"])
-    return out
-
-
-def by_parts(step: list[tuple[float, str]], step_change: list[float | None],
-             compute: list[tuple[float, str]], compute_change: list[float | None]
-             ) -> list[tuple[float, str]]:
-    """The step's verdicts judged by their parts (``parts.by_parts``, as the plugin does)."""
-    out = []
-    for (extra, sv), sc, (_, cv), cc in zip(step, step_change, compute, compute_change,
-                                             strict=True):
-        judged = parts.by_parts(
-            [Verdict(metric="step_time_s", verdict=sv, change=sc),
-             Verdict(metric="compute_time_s", verdict=cv, change=cc)],
-            {"step_time_s": "step", "compute_time_s": "step"}, TOLERANCE)
-        out.append((extra, judged[0].verdict))
     return out
 
 

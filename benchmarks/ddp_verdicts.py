@@ -302,10 +302,10 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
         caught = bool(regressed) and run["exit"] == 1
     return {"kind": kind, "exit": run["exit"], "wall_s": round(run["wall_s"], 2),
             "exact_moved": moved, "caught": caught,
-            "step": {k: step.get(k) for k in ("verdict", "change", "windows", "host_change",
-                                              "control_slope", "detail", "steal", "wait",
-                                              "other_load", "measurements")},
-            "compute": {k: compute.get(k) for k in ("verdict", "change", "windows",
+            "step": {k: step.get(k) for k in ("verdict", "change", "measurement_count",
+                                              "host_change", "control_slope", "detail",
+                                              "steal", "wait", "other_load", "measurements")},
+            "compute": {k: compute.get(k) for k in ("verdict", "change", "measurement_count",
                                                     "host_change", "control_slope", "detail",
                                                     "measurements")},
             "details": {m: v.get("detail", "") for m, v in verdicts.items()
@@ -314,8 +314,8 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
             "explanation": first["explanation"] if first else "",
             "step_explanation": verdicts.get("step_time_s", {}).get("explanation", ""),
             **{name: {k: verdicts.get(name, {}).get(k)
-                      for k in ("verdict", "change", "windows", "explanation", "baseline",
-                                "current", "detail")}
+                      for k in ("verdict", "change", "measurement_count", "explanation",
+                                "baseline", "current", "detail")}
                for name in ("comm_overhead", "imbalance")}}
 
 
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"[{i}/{len(order)}] {kind:<10} exit {run['exit']}  {run['wall_s']:.1f} s  "
                   f"step_time_s {run['step']['verdict']} "
                   f"({_pct(change)}, "
-                  f"{run['step']['windows']} meas.)  compute_time_s "
+                  f"{run['step']['measurement_count']} meas.)  compute_time_s "
                   f"{run['compute']['verdict']} ({_pct(run['compute']['change'])})"
                   f"  exact: {run['exact_moved'] or 'unchanged'}"
                   f"  comm_overhead {comm['verdict']} ({_pct(comm['change'])})"

@@ -4,7 +4,7 @@ For every save in recordings of ``verdict_quality.py --json`` or ``ddp_verdicts.
 (benchmarks/data/), the baseline as stored: the spread of its measurements (the median
 absolute deviation of each one's adjusted 25% quantile, in logs, read as a standard
 deviation) and the smallest change that a test of six measurements against them would tell
-nine times in ten (``pytest_distperf.verdict.rule.detectable_change``, which a save reports
+nine times in ten (``pytest_distperf.verdict.rule.detectable``, which a save reports
 in its detail), beside what the block's compare runs did: false alarms among the clean runs
 and the slowdowns caught.
 
@@ -41,7 +41,7 @@ def blocks(data: dict[str, Any], metric: str) -> list[dict[str, Any]]:
         if not out or run.base is not out[-1]["base"]:
             tally = collections.defaultdict(collections.Counter)
             out.append({"block": run.block, "base": run.base, "tally": tally,
-                        "detectable": rule.detectable_change(run.base)})
+                        "detectable": rule.detectable(run.base)})
         tally[run.extra][run.verdict] += 1
     return out
 

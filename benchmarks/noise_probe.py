@@ -4,9 +4,9 @@ Two measurements behind the noise probe's limits (pytest_distperf/verdict/noise.
 bench verdicts' figures (benchmarks/verdict_quality.md, R18):
 
 * ``probe``: 2 gloo ranks (1 thread each) run one kind of work in a loop: ``all_reduce``
-  (4 MiB), ``matmul`` (256x256) or ``sleep`` (20 ms naps); after 3 s the probe reads a 2 s
-  window (``noise.snapshot`` / ``noise.between``, as the plugin does around a measurement):
-  the ranks' CPU wait, the other processes' load, and whether the window is too noisy.  With
+  (4 MiB), ``matmul`` (256x256) or ``sleep`` (20 ms naps); after 3 s the probe reads 2 s of
+  it (``noise.snapshot`` / ``noise.between``, as the plugin does around a measurement): the
+  ranks' CPU wait, the other processes' load, and whether that is too noisy.  With
   ``--hogs``, each kind runs again beside a neighbour busy that share of the time (10 ms
   periods).
 * ``pools``: N fresh pairs of ranks in turn, each timing 40 barrier-aligned 4 MiB

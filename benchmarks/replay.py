@@ -46,8 +46,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_distperf.common.quantiles import median_or_nan
-from pytest_distperf.verdict import rule
-from pytest_distperf.verdict.noise import NoiseFigures
+from pytest_distperf.records import Measured, Samples, from_dict
+from pytest_distperf.verdict import readings, rule
+from pytest_distperf.verdict.judgement import MAX_ROUNDS
+from pytest_distperf.verdict.measurements import pooled
 from pytest_distperf.verdict.store import BaselineFile, StoredMetric
 
 #: The tolerance the benchmark runs with (the plugin's default).
@@ -127,58 +129,57 @@ def rebuilt(base: StoredMetric, saved: list[dict[str, Any]], pick: list[int]) ->
     if not chosen:
         raise SystemExit(f"replay: --save-pick {pick}: the save recorded {len(saved)} "
                          "measurement(s)")
-    wins = windows(chosen, 1.0, 1.0)
-    limit = rule.spread_limit([w.samples for w in wins], base.higher_is_better)
-    quiet = [w for w in wins if not rule.noise_reasons(w, base.higher_is_better, limit=limit)]
-    quiet = rule.without_outliers(quiet, TOLERANCE, higher_is_better=base.higher_is_better)
-    p = rule.pooled(quiet or wins)
-    return dataclasses.replace(base, value=p.value, samples=p.samples, control=p.control,
-                               memory_control=p.memory_control, measurements=p.sizes)
+    every = measurements(chosen, 1.0, 1.0)
+    hib = base.higher_is_better
+    limit = rule.spread_limit([m.samples.values for m in every], hib, floor=False)
+    quiet = [m for m in every if not rule.noise_reasons(m, hib, limit=limit, floor=False)]
+    quiet = readings.without_outliers(quiet, TOLERANCE, higher_is_better=hib)
+    return dataclasses.replace(base, measured=pooled(quiet or every))
 
 
 def padded(run: Run, others: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run's measurements, then the other runs' (same block, same work), to
-    ``rule.MAX_ROUNDS`` in all, in an order fixed by the run's first sample."""
+    ``MAX_ROUNDS`` in all, in an order fixed by the run's first sample."""
     spare = [m for m in others if m not in run.measurements]
-    random.Random(repr(run.measurements[0]["samples"][:3])).shuffle(spare)
-    return (run.measurements + spare)[: rule.MAX_ROUNDS]
+    random.Random(repr(_values(run.measurements[0])[:3])).shuffle(spare)
+    return (run.measurements + spare)[:MAX_ROUNDS]
 
 
-def windows(measurements: list[dict[str, Any]], scale: float, follow: float,
-            memory_scale: float | None = None,
-            time_scale: float | None = None) -> list[rule.Window]:
-    """The measurements as the rule's windows, the compute control scaled by ``scale``, the
-    memory control by ``memory_scale`` (default: ``scale``), the times by ``time_scale``
-    (default: ``scale ** follow``)."""
+def _values(recorded: dict[str, Any]) -> list[float]:
+    """A recorded measurement's samples (either JSON layout of a measurement)."""
+    samples = recorded["samples"]
+    return list(samples["values"] if isinstance(samples, dict) else samples)
+
+
+def measurements(recorded: list[dict[str, Any]], scale: float, follow: float,
+                 memory_scale: float | None = None,
+                 time_scale: float | None = None) -> list[Measured]:
+    """The recorded measurements as the rule takes them, the compute control scaled by
+    ``scale``, the memory control by ``memory_scale`` (default: ``scale``), the times by
+    ``time_scale`` (default: ``scale ** follow``).  The noise probe's figures come with
+    them (recorded from R44 on; before, none, and the replay cannot set a noisy measurement
+    aside as the run did)."""
     times = scale ** follow if time_scale is None else time_scale
     memory = scale if memory_scale is None else memory_scale
     out = []
-    for m in measurements:
-        samples = tuple(v * times for v in m["samples"])
-        out.append(rule.Window(median_or_nan(samples), samples, noise_of(m),
-                               tuple(c * scale for c in m.get("control", ())),
-                               memory_control=tuple(c * memory
-                                                    for c in m.get("memory_control", ()))))
+    for raw in recorded:
+        m = from_dict(Measured, raw)
+        values = tuple(v * times for v in m.samples.values)
+        samples = Samples(values, tuple(c * scale for c in m.samples.control),
+                          tuple(c * memory for c in m.samples.memory_control))
+        out.append(dataclasses.replace(m, value=median_or_nan(values), samples=samples))
     return out
 
 
-def noise_of(measured: dict[str, Any]) -> NoiseFigures | None:
-    """What the noise probe saw during a recorded measurement (recorded from R44 on; before,
-    none, and the replay cannot set a noisy measurement aside as the run did)."""
-    figures = [measured.get(k) for k in ("steal", "wait", "other_load")]
-    if all(f is None for f in figures):
-        return None
-    return NoiseFigures(0.0, *figures)
-
-
-def judge(base: StoredMetric, wins: list[rule.Window]) -> tuple[str, int, str]:
+def judge(base: StoredMetric, measured: list[Measured]) -> tuple[str, int, str]:
     """(verdict, measurements used, detail): the rule asked one measurement at a time, as
     the plugin does (a measurement that can be repeated: ``can_confirm``)."""
-    for k in range(1, len(wins) + 1):
-        verdict, _, detail, more = rule.decide(base, wins[:k], TOLERANCE, can_confirm=True)
+    for k in range(1, len(measured) + 1):
+        verdict, _, detail, more = rule.decide(base, measured[:k], TOLERANCE,
+                                               can_confirm=True)
         if not more:
             return verdict, k, detail
-    return "wanted more", len(wins), ""
+    return "wanted more", len(measured), ""
 
 
 def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
@@ -190,11 +191,11 @@ def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
         pool[(run.block, run.extra)] += run.measurements
     tally: dict[float, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for run in runs:
-        wins = windows(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change, follow,
-                       None if memory_change is None else 1.0 + memory_change,
-                       None if time_change is None else 1.0 + time_change)
+        measured = measurements(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change,
+                                follow, None if memory_change is None else 1.0 + memory_change,
+                                None if time_change is None else 1.0 + time_change)
         base = run.base if save_pick is None else rebuilt(run.base, run.saved, save_pick)
-        tally[run.extra][judge(base, wins)[0]] += 1
+        tally[run.extra][judge(base, measured)[0]] += 1
     return tally
 
 

@@ -150,8 +150,8 @@ KINDS = {"measure": (TEST_FILE, METRICS),
 #: ``sitecustomize`` modules of a kind (see BENCH_HOOK), put on the path of every process
 HOOKS = {"bench": BENCH_HOOK}
 HOOK = ""
-FIELDS = ("verdict", "baseline", "current", "change", "confidence", "windows", "steal", "wait",
-          "other_load", "spread", "host_change", "control_slope", "detail",
+FIELDS = ("verdict", "baseline", "current", "change", "confidence", "measurement_count", "steal",
+          "wait", "other_load", "spread", "host_change", "control_slope", "detail",
           "measurements")  # every measurement's samples and controls: to judge again
 
 
@@ -207,7 +207,7 @@ def describe(run: dict[str, Any]) -> str:
             f"  {name.split('.')[0]:<6} {v.get('verdict', '?'):<12} "
             f"change {pct(v.get('change')):>7} conf {pct(v.get('confidence'), 2):>7} "
             f"current {shown:>9} "
-            f"meas {v.get('windows') or '-'} host {pct(v.get('host_change')):>6} "
+            f"meas {v.get('measurement_count') or '-'} host {pct(v.get('host_change')):>6} "
             f"steal {pct(v.get('steal'))} wait {pct(v.get('wait'))} "
             f"other {pct(v.get('other_load'))} spread {pct(v.get('spread'))}")
     return "".join(parts)

@@ -15,6 +15,8 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from pytest_distperf.common.quantiles import median_or_nan
+
 T = TypeVar("T")
 
 
@@ -49,6 +51,9 @@ def _build(tp: Any, data: Any) -> Any:
         non_none = [a for a in args if a is not type(None)]
         return _build(non_none[0], data) if len(non_none) == 1 else data
     if dataclasses.is_dataclass(tp):
+        upgrade = getattr(tp, "upgrade_dict", None)
+        if upgrade is not None:  # a record whose JSON layout changed reads its older ones
+            data = upgrade(data)
         hints = typing.get_type_hints(tp)
         kwargs = {
             f.name: _build(hints[f.name], data[f.name])
@@ -143,6 +148,22 @@ class Metric:
         """Fractions near zero are judged in absolute points as well as relatively."""
         return self.unit == "fraction"
 
+    def as_samples(self) -> Samples:
+        """The samples with their controls, as the verdict judges them."""
+        return Samples(self.samples, self.control, self.memory_control)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Samples:
+    """A metric's per-iteration values, each with the host-speed control and the memory
+    control timed right after it (() where there is none), and, for several measurements
+    pooled into one, how many values each gave (``sizes``, in order; () for one)."""
+
+    values: tuple[float, ...] = ()
+    control: tuple[float, ...] = ()
+    memory_control: tuple[float, ...] = ()
+    sizes: tuple[int, ...] = ()
+
 
 #: How a metric is judged against its baseline (:attr:`Metric.kind`):
 #: a timing or a ratio of timings, judged statistically (re-measured, tested for noise);
@@ -175,17 +196,28 @@ VERDICT_ORDER = (REGRESSED, INCONCLUSIVE, IMPROVED, NOT_COMPARABLE, NO_BASELINE,
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Measured:
-    """One measurement behind a verdict: its samples and, where the metric has a host-speed
-    control, the control's time after each (else empty), and what the noise probe saw
-    during it (None: not measured), so that a verdict can be judged again from the record
+    """One measurement of a metric: its figure, its samples with their controls, and what
+    the noise probe saw during it (None: not measured).  A verdict keeps every one, and a
+    baseline its pooled one, so that a verdict can be judged again from the record
     (benchmarks/replay.py)."""
 
-    samples: tuple[float, ...] = ()
-    control: tuple[float, ...] = ()
+    value: float
+    samples: Samples = Samples()
     steal: float | None = None
     wait: float | None = None
     other_load: float | None = None
-    memory_control: tuple[float, ...] = ()
+
+    @staticmethod
+    def upgrade_dict(data: dict[str, Any]) -> dict[str, Any]:
+        """A measurement in the older JSON layout (samples and controls side by side, no
+        value) in today's."""
+        if not isinstance(data.get("samples", {}), list):
+            return data
+        values = data["samples"]
+        samples = {"values": values, "control": data.get("control", []),
+                   "memory_control": data.get("memory_control", [])}
+        return {"value": median_or_nan(values), "samples": samples,
+                **{k: data.get(k) for k in ("steal", "wait", "other_load")}}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -195,18 +227,19 @@ class Verdict:
     ``verdict``: regressed, improved, unchanged, inconclusive, no baseline, not comparable,
     or saved (with ``--distperf-save``).  ``change`` is relative, (current - baseline) /
     baseline, in the metric's own direction of numbers; ``confidence`` is 1 - p of the
-    one-sided test in the verdict's direction; ``windows`` counts the measurements behind
-    ``current`` (1 + re-measurements); ``steal``, ``wait``, ``other_load`` and ``spread``
-    are the noise figures of the measurement reported; ``host_change`` is how much slower
-    (positive) the host-speed control ran than when the baseline was saved, where the metric
-    has one, and
-    ``control_slope`` how strongly the metric follows it (0: not at all, 1: in proportion):
-    the change is then judged with that part taken out.  ``explanation`` says what else
-    changed in the same measurement (collective counts and bytes, compute and communication
-    time), for a verdict that is not ``unchanged``; ``kind`` is the metric's
-    (:attr:`Metric.kind`).  ``measurements`` holds every measurement of a measured metric
-    in this run, in order (the test's own, then each re-measurement), so that a verdict can
-    be checked, or judged again by another rule; the baseline's are in the baseline file.
+    one-sided test in the verdict's direction; ``measurement_count`` counts the measurements
+    behind ``current`` (1 + re-measurements); ``steal``, ``wait``, ``other_load`` and
+    ``spread`` are the noise figures of the measurement reported; ``host_change`` is how
+    much slower (positive) the host-speed control ran than when the baseline was saved,
+    where the metric has one, and ``control_slope`` how strongly the metric follows it (0:
+    not at all, 1: in proportion): the change is then judged with that part taken out.
+    ``detail`` starts with one plain sentence (what changed, how sure, what to do), the
+    figures after it.  ``explanation`` says what else changed in the same measurement
+    (collective counts and bytes, compute and communication time), for a verdict that is
+    not ``unchanged``; ``kind`` is the metric's (:attr:`Metric.kind`).  ``measurements``
+    holds every measurement of a measured metric in this run, in order (the test's own,
+    then each re-measurement), so that a verdict can be checked, or judged again by another
+    rule; the baseline's are in the baseline file.
     """
 
     metric: str
@@ -219,7 +252,7 @@ class Verdict:
     change: float | None = None
     confidence: float | None = None
     tolerance: float = 0.0
-    windows: int = 1
+    measurement_count: int = 1
     steal: float | None = None
     wait: float | None = None
     spread: float | None = None
@@ -230,6 +263,14 @@ class Verdict:
     kind: str = ""
     other_load: float | None = None
     measurements: tuple[Measured, ...] = ()
+
+    @staticmethod
+    def upgrade_dict(data: dict[str, Any]) -> dict[str, Any]:
+        """A verdict in the older JSON layout (``windows`` for ``measurement_count``) in
+        today's."""
+        if "windows" not in data:
+            return data
+        return {("measurement_count" if k == "windows" else k): v for k, v in data.items()}
 
 
 #: Repeats a measurement on the same ranks and returns fresh metrics of the same names.

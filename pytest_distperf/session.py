@@ -434,8 +434,7 @@ class DistperfSession:
         those measured on a subgroup, such as a scaling sweep's ``.w1`` points: the sweep
         depends on the size of the run.
         """
-        from pytest_distperf.verdict.judgement import Save, make_judgement, settle
-        from pytest_distperf.verdict.rule import MAX_ROUNDS
+        from pytest_distperf.verdict.judgement import MAX_ROUNDS, Save, make_judgement, settle
         from pytest_distperf.verdict.store import (
             BaselineError,
             baseline_path,

@@ -16,18 +16,23 @@ import pytest
 import tomli_w
 
 from pytest_distperf import verdict as bl
+from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
 from pytest_distperf.records import (
     Environment,
+    Measured,
     Measurement,
     Metric,
+    Samples,
     TestRecord,
     Verdict,
     from_dict,
     to_dict,
 )
 from pytest_distperf.report import terminal as report
-from pytest_distperf.verdict import rule
-from pytest_distperf.verdict.noise import STEAL_LIMIT, WAIT_LIMIT, NoiseFigures, Snapshot, between
+from pytest_distperf.verdict import judgement as jm
+from pytest_distperf.verdict import readings, rule, stats
+from pytest_distperf.verdict.measurements import figures
+from pytest_distperf.verdict.noise import NoiseFigures, Snapshot, between
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,10 +43,12 @@ CPU = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "")
 CPU4 = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 4, "2.13.0+cpu", "")
 H100 = Environment("nccl", "cuda", "NVIDIA H100 80GB HBM3", 8, 8, "2.6.0+cu124", "2.21.5")
 QUIET = NoiseFigures(1.0, 0.05, 0.08)
-BUSY = NoiseFigures(1.0, 0.02, 0.60)
+#: Another process took 40% of the machine while the ranks waited: too noisy to judge.
+BUSY = NoiseFigures(1.0, 0.02, 0.60, 0.40)
+BUSY_REASON = "other processes used 40% of the CPUs > 10%, the ranks waiting 60%"
 TIMES = tuple(0.020 + 0.0002 * i for i in range(20))  # 20.0 .. 23.8 ms
 #: Measurements a regression needs: the test's own and every confirmation.
-REG = bl.CONFIRMATIONS + 1
+REG = rule._CONFIRMATIONS + 1
 
 
 def scaled(factor: float, samples: tuple[float, ...] = TIMES) -> tuple[float, ...]:
@@ -50,14 +57,34 @@ def scaled(factor: float, samples: tuple[float, ...] = TIMES) -> tuple[float, ..
 
 def stored(samples: tuple[float, ...] = TIMES, unit: str = "s", hib: bool = False,
            value: float | None = None) -> bl.StoredMetric:
-    return bl.StoredMetric(unit, hib, samples[len(samples) // 2] if value is None else value,
-                           samples)
+    return bl.StoredMetric(unit, hib, Measured(
+        samples[len(samples) // 2] if value is None else value, Samples(samples)))
 
 
 def window(samples: tuple[float, ...], noise: NoiseFigures | None = QUIET,
-           value: float | None = None) -> bl.Window:
-    return bl.Window(samples[len(samples) // 2] if value is None and samples else value or 0.0,
-                     samples, noise)
+           value: float | None = None) -> Measured:
+    """One measurement of ``samples``, with the noise probe's figures ``noise``."""
+    return Measured(samples[len(samples) // 2] if value is None and samples else value or 0.0,
+                    Samples(samples), *figures(noise))
+
+
+def stored_with(unit: str, hib: bool, value: float, samples: tuple[float, ...],
+                control: tuple[float, ...] = (), memory: tuple[float, ...] = (),
+                sizes: tuple[int, ...] = ()) -> bl.StoredMetric:
+    """A baseline of ``samples`` with their controls (``sizes``: pooled measurements)."""
+    return bl.StoredMetric(unit, hib, Measured(value, Samples(samples, control, memory, sizes)))
+
+
+def without_memory(base: bl.StoredMetric) -> bl.StoredMetric:
+    """``base`` as saved before the memory control."""
+    samples = dataclasses.replace(base.samples, memory_control=())
+    return dataclasses.replace(base, measured=dataclasses.replace(base.measured,
+                                                                  samples=samples))
+
+
+def point(value: float, noise: NoiseFigures | None = QUIET) -> Measured:
+    """A measurement of a figure without samples."""
+    return Measured(value, Samples(), *figures(noise))
 
 
 # -- names and places ------------------------------------------------------------------------
@@ -117,7 +144,7 @@ def test_save_then_load_round_trips(tmp_path: Path) -> None:
     env_id = bl.environment_id(CPU)
     got = loaded.metrics("test_a", env_id)
     assert got is not None
-    assert got["work.time_s"].samples == pytest.approx(TIMES)
+    assert got["work.time_s"].samples.values == pytest.approx(TIMES)
     assert got["work.time_s"].unit == "s" and not got["work.time_s"].higher_is_better
     text = path.read_text()
     assert text.startswith("schema_version = 1\nmodule = \"tests/test_x.py\"\n")
@@ -153,7 +180,7 @@ def test_saving_merges_and_keeps_the_thresholds_table(tmp_path: Path) -> None:
     assert loaded.metrics("test_b", bl.environment_id(CPU)) is not None
     assert loaded.thresholds(bl.environment_id(CPU)) == {"max_imbalance": 0.2, "tolerance": 0.15}
     got = loaded.metrics("test_a", bl.environment_id(CPU))
-    assert got is not None and got["w.time_s"].samples[0] == pytest.approx(0.030)
+    assert got is not None and got["w.time_s"].samples.values[0] == pytest.approx(0.030)
 
 
 def _save_many(args: tuple[str, int]) -> None:
@@ -307,14 +334,14 @@ def test_mann_whitney_matches_the_textbook() -> None:
 @pytest.mark.parametrize(("nx", "ny"), [(1, 1), (3, 2), (5, 5), (4, 9), (10, 10), (7, 20),
                                         (25, 25), (50, 50), (60, 60)])
 def test_mann_whitney_agrees_with_scipy(nx: int, ny: int) -> None:
-    """Exact without ties up to EXACT_PAIRS pairs, asymptotic (tie and continuity
+    """Exact without ties up to _EXACT_PAIRS pairs, asymptotic (tie and continuity
     corrections) beyond them and with ties: scipy's own methods, to rounding."""
     scipy_stats = pytest.importorskip("scipy.stats")
     rng = random.Random(nx * 100 + ny)
     for shift in (0.0, 0.5, 1.5):
         x = [rng.gauss(shift, 1) for _ in range(nx)]
         y = [rng.gauss(0, 1) for _ in range(ny)]
-        method = "exact" if nx * ny <= bl.EXACT_PAIRS else "asymptotic"
+        method = "exact" if nx * ny <= stats._EXACT_PAIRS else "asymptotic"
         want = scipy_stats.mannwhitneyu(x, y, alternative="greater", method=method).pvalue
         assert bl.mann_whitney_greater(x, y) == pytest.approx(want, rel=1e-9, abs=1e-300)
         tied = [round(v, 1) for v in x], [round(v, 1) for v in y]
@@ -335,7 +362,7 @@ def test_estimate_takes_the_side_noise_cannot_reach() -> None:
     assert bl.estimate(stalled[:3], 0.7, False, False) == 0.7  # too few samples: the value
 
 
-def decide(base: bl.StoredMetric, *wins: bl.Window, tolerance: float = 0.10,
+def decide(base: bl.StoredMetric, *wins: Measured, tolerance: float = 0.10,
            can_confirm: bool = True) -> tuple[str, bl.Assessment, str, bool]:
     return bl.decide(base, list(wins), tolerance, can_confirm=can_confirm)
 
@@ -366,16 +393,17 @@ def test_a_slow_window_that_was_noise_is_cleared_by_the_confirmation() -> None:
 
 
 def test_too_noisy_to_tell_is_inconclusive_with_the_figures() -> None:
-    wins = [window(scaled(1.8), BUSY) for _ in range(bl.CONFIRM_ROUNDS + 1)]
+    wins = [window(scaled(1.8), BUSY) for _ in range(rule._CONFIRM_ROUNDS + 1)]
     verdict, _, detail, more = decide(stored(), *wins[:2])
     assert (verdict, more) == (bl.INCONCLUSIVE, True)
     verdict, _, detail, more = decide(stored(), *wins)
     assert (verdict, more) == (bl.INCONCLUSIVE, False)
-    assert f"CPU wait 60% > {WAIT_LIMIT:.0%}" in detail
-    assert f"all {bl.CONFIRM_ROUNDS + 1} measurements" in detail
-    steal = NoiseFigures(1.0, 0.4, 0.05)
-    assert f"host steal 40% > {STEAL_LIMIT:.0%}" in decide(
-        stored(), window(scaled(1.8), steal), can_confirm=False)[2]
+    assert detail.startswith(f"inconclusive: too noisy to tell in all {rule._CONFIRM_ROUNDS + 1}"
+                             " measurements; rerun on a quieter runner. Noise: ")
+    assert BUSY_REASON in detail
+    # the host's steal and the ranks' wait alone make no measurement noisy
+    steal = NoiseFigures(1.0, 0.4, 0.9)
+    assert decide(stored(), window(scaled(1.8), steal), can_confirm=False)[0] == bl.REGRESSED
     wide = (*TIMES[:5], *scaled(3.0)[5:])  # the median far from the fast samples
     assert "sample spread" in decide(stored(), window(scaled(1.8, wide)), can_confirm=False)[2]
 
@@ -385,9 +413,9 @@ def test_a_metric_that_always_spreads_is_judged_against_its_own_spread() -> None
     assert bl.spread(wide, False) == pytest.approx(1.5)  # > SPREAD_LIMIT
     base = stored(wide)
     assert bl.spread_limit([wide], False) == pytest.approx(
-        bl.SPREAD_RATIO * bl.spread(wide, False))
-    assert bl.spread_limit([TIMES, TIMES], False) == bl.SPREAD_LIMIT  # a steady metric's
-    assert bl.spread_limit([], False) == bl.SPREAD_LIMIT
+        rule._SPREAD_RATIO * bl.spread(wide, False))
+    assert bl.spread_limit([TIMES, TIMES], False) == rule._SPREAD_LIMIT  # a steady metric's
+    assert bl.spread_limit([], False) == rule._SPREAD_LIMIT
     # as spread as ever and twice as slow: a regression, not "too noisy to tell"
     verdict, _, detail, _ = decide(base, *[window(scaled(2.0, wide))] * REG)
     assert verdict == bl.REGRESSED, detail
@@ -427,7 +455,7 @@ def test_higher_is_better_is_judged_the_other_way(factor: float, verdict: str) -
 def test_fractions_are_judged_in_points_as_well(before: float, after: float,
                                                 verdict: str) -> None:
     base = stored((), unit="fraction", value=before)
-    got, a, _, _ = decide(base, *[bl.Window(after, (), QUIET)] * REG)
+    got, a, _, _ = decide(base, *[point(after)] * REG)
     assert got == verdict
     assert a.p_worse is None  # no samples: point estimates and confirmation only
 
@@ -437,10 +465,10 @@ def test_a_fraction_is_confirmed_by_its_median_measurement() -> None:
     fraction's its median one (the lower middle of an even count): one low reading in four
     no longer clears a communication share that three of them put past the line."""
     base = stored((), unit="fraction", value=0.15)
-    wins = [bl.Window(v, (), QUIET) for v in (0.22, 0.14, 0.23, 0.24)]
+    wins = [point(v) for v in (0.22, 0.14, 0.23, 0.24)]
     verdict, a, _, _ = decide(base, *wins)
     assert verdict == bl.REGRESSED and a.current == 0.22  # 0.14 < [0.22] < 0.23 < 0.24
-    wins = [bl.Window(v, (), QUIET) for v in (0.22, 0.14, 0.15, 0.24)]
+    wins = [point(v) for v in (0.22, 0.14, 0.15, 0.24)]
     assert decide(base, *wins)[0] == bl.UNCHANGED  # two of four near the baseline
     # a time: the best measurement clears it
     times = [window(scaled(f)) for f in (1.3, 1.0, 1.3, 1.3)]
@@ -469,17 +497,17 @@ def test_judgement_asks_for_confirmation_then_decides(tmp_path: Path) -> None:
     file = bl.load(path)
     slow = Metric("w.time_s", 0.04, "s", False, scaled(2.0))
     j = judgement(file, slow)
-    for i in range(bl.CONFIRMATIONS):
-        assert j.wanted() == ["measure(w)"] and j.backoff() == bl.CONFIRM_PAUSES_S[i]
-        j.add_window("measure(w)", [slow], QUIET)
+    for i in range(rule._CONFIRMATIONS):
+        assert j.wanted() == ["measure(w)"] and j.backoff() == jm._CONFIRM_PAUSES_S[i]
+        j.add_measurement("measure(w)", [slow], QUIET)
     assert j.wanted() == [] and j.backoff() == 0.0
     (verdict,) = j.verdicts()
-    assert verdict.verdict == bl.REGRESSED and verdict.windows == REG
+    assert verdict.verdict == bl.REGRESSED and verdict.measurement_count == REG
     assert verdict.confidence is not None and verdict.confidence > 0.99
     saving = judgement(file, slow, save=True)
-    assert saving.backoff() == bl.SAVE_PAUSE_S
-    saving.windows["w.time_s"][0] = bl.Window(0.04, scaled(2.0), BUSY)
-    assert saving.backoff() == max(bl.NOISY_BACKOFF_S[0], bl.SAVE_PAUSE_S)
+    assert saving.backoff() == jm._SAVE_PAUSE_S
+    saving.measured["w.time_s"][0] = window(scaled(2.0), BUSY, 0.04)
+    assert saving.backoff() == max(jm._NOISY_BACKOFF_S[0], jm._SAVE_PAUSE_S)
 
 
 def test_settle_enters_each_round_and_counts_its_start_towards_the_pause(
@@ -508,7 +536,7 @@ def test_settle_enters_each_round_and_counts_its_start_towards_the_pause(
     bl.settle(j, remeasure, sleep=lambda s: events.append(("sleep", s)),
               each_round=each_round)
     expected = []
-    for pause in bl.CONFIRM_PAUSES_S[:bl.CONFIRMATIONS]:
+    for pause in jm._CONFIRM_PAUSES_S[:rule._CONFIRMATIONS]:
         expected += [("enter", ("measure(w)",)), ("sleep", max(0.0, pause - 0.75)),
                      ("measure", "measure(w)"), ("exit",)]
     assert events == expected
@@ -537,10 +565,10 @@ def test_a_metric_that_is_not_a_number_is_neither_compared_nor_saved() -> None:
     good = Metric("w.time_s", 0.02, "s", False, (*TIMES[:-1], float("inf")))
     bad = Metric("eff", float("nan"), "fraction", True)
     j = judgement(None, good, bad, save=True)
-    j.add_window("measure(w)", [good], QUIET)
+    j.add_measurement("measure(w)", [good], QUIET)
     (entry,) = j.save_entries()
     assert list(entry.metrics) == ["w.time_s"]
-    assert entry.metrics["w.time_s"].samples == TIMES[:-1]
+    assert entry.metrics["w.time_s"].samples.values == TIMES[:-1]
     verdicts = {v.metric: v for v in j.verdicts()}
     assert verdicts["eff"].verdict == bl.NOT_COMPARABLE and "not saved" in verdicts["eff"].detail
     assert verdicts["w.time_s"].verdict == bl.SAVED
@@ -549,31 +577,31 @@ def test_a_metric_that_is_not_a_number_is_neither_compared_nor_saved() -> None:
 def test_saving_keeps_the_best_window(tmp_path: Path) -> None:
     first = Metric("w.time_s", 0.03, "s", False, scaled(1.5))
     j = judgement(None, first, save=True)
-    for i in range(1, bl.SAVE_WINDOWS):
+    for i in range(1, jm._SAVE_MEASUREMENTS):
         assert j.wanted() == ["measure(w)"]
         factor = 1.0 if i == 2 else 1.3
-        j.add_window("measure(w)", [Metric("w.time_s", 0.02, "s", False, scaled(factor))],
+        j.add_measurement("measure(w)", [Metric("w.time_s", 0.02, "s", False, scaled(factor))],
                      QUIET)
     assert j.wanted() == []
     (entry,) = j.save_entries()
-    assert entry.metrics["w.time_s"].samples == TIMES
+    assert entry.metrics["w.time_s"].samples.values == TIMES
     (v,) = j.verdicts()
-    assert v.verdict == bl.SAVED and f"best of {bl.SAVE_WINDOWS}" in v.detail
+    assert v.verdict == bl.SAVED and f"best of {jm._SAVE_MEASUREMENTS}" in v.detail
     spell = judgement(None, Metric("w.time_s", 0.02, "s", False, TIMES), save=True)
     mixed = (0.0195, 0.0195, *scaled(1.25)[2:])  # a slow spell with a fast moment in it
-    for _ in range(1, bl.SAVE_WINDOWS):
-        spell.add_window("measure(w)", [Metric("w.time_s", 0.025, "s", False, mixed)], QUIET)
+    for _ in range(1, jm._SAVE_MEASUREMENTS):
+        spell.add_measurement("measure(w)", [Metric("w.time_s", 0.025, "s", False, mixed)], QUIET)
     (entry,) = spell.save_entries()
-    assert entry.metrics["w.time_s"].samples == TIMES  # not the one with the fastest samples
+    assert entry.metrics["w.time_s"].samples.values == TIMES  # not the one with the fastest samples
     noisy = judgement(None, Metric("w.time_s", 0.02, "s", False, TIMES), save=True)
-    noisy.windows["w.time_s"][0] = bl.Window(0.02, TIMES, BUSY)
-    for _ in range(bl.SAVE_MAX_WINDOWS - 1):
+    noisy.measured["w.time_s"][0] = window(TIMES, BUSY, 0.02)
+    for _ in range(jm._SAVE_MAX_MEASUREMENTS - 1):
         assert noisy.wanted() == ["measure(w)"]
-        noisy.add_window("measure(w)", [Metric("w.time_s", 0.02, "s", False, scaled(1.1))],
+        noisy.add_measurement("measure(w)", [Metric("w.time_s", 0.02, "s", False, scaled(1.1))],
                          BUSY)
     assert noisy.wanted() == []
     (v,) = noisy.verdicts()
-    assert "saved from a noisy measurement (CPU wait 60% > 25%)" in v.detail
+    assert f"saved from a noisy measurement ({BUSY_REASON})" in v.detail
 
 
 def test_a_save_judges_a_spread_against_its_own_measurements() -> None:
@@ -582,13 +610,13 @@ def test_a_save_judges_a_spread_against_its_own_measurements() -> None:
     SAVE_MAX_WINDOWS times; one that spreads far past its siblings is still noisy."""
     wide = (0.010,) * 8 + (0.025,) * 12  # spread 150%
     j = judgement(None, Metric("w.time_s", 0.025, "s", False, wide), save=True)
-    for _ in range(1, bl.SAVE_WINDOWS):
-        j.add_window("measure(w)", [Metric("w.time_s", 0.025, "s", False, wide)], QUIET)
+    for _ in range(1, jm._SAVE_MEASUREMENTS):
+        j.add_measurement("measure(w)", [Metric("w.time_s", 0.025, "s", False, wide)], QUIET)
     assert j.wanted() == []
     (v,) = j.verdicts()
     assert v.verdict == bl.SAVED and "noisy" not in v.detail
-    assert j.trusted("w.time_s", bl.Window(0.025, wide, QUIET))
-    assert not j.trusted("w.time_s", bl.Window(0.09, (0.010,) * 4 + (0.09,) * 16, QUIET))
+    assert j.trusted("w.time_s", window(wide, QUIET, 0.025))
+    assert not j.trusted("w.time_s", window((0.010,) * 4 + (0.09,) * 16, QUIET, 0.09))
 
 
 def test_saving_keeps_the_median_window_of_a_fraction() -> None:
@@ -600,16 +628,16 @@ def test_saving_keeps_the_median_window_of_a_fraction() -> None:
     j = judgement(None, overhead(0.30), save=True)
     for value in (0.10, 0.20, 0.40):
         assert j.wanted() == ["measure(w)"]
-        j.add_window("measure(w)", [overhead(value)], QUIET)
+        j.add_measurement("measure(w)", [overhead(value)], QUIET)
     assert j.wanted() == []
     (entry,) = j.save_entries()
     assert entry.metrics["comm_overhead"].value == 0.20  # 0.10 < [0.20] < 0.30 < 0.40
     (v,) = j.verdicts()
-    assert f"median of {bl.SAVE_WINDOWS}" in v.detail
+    assert f"median of {jm._SAVE_MEASUREMENTS}" in v.detail
     # the better direction for a fraction where higher is better
     eff = judgement(None, Metric("eff", 0.5, "fraction", True, tuple([0.5] * 20)), save=True)
     for value in (0.9, 0.7, 0.6):
-        eff.add_window("measure(w)", [Metric("eff", value, "fraction", True,
+        eff.add_measurement("measure(w)", [Metric("eff", value, "fraction", True,
                                              tuple([value] * 20))], QUIET)
     (entry,) = eff.save_entries()
     assert entry.metrics["eff"].value == 0.7  # 0.9 > [0.7] > 0.6 > 0.5
@@ -618,7 +646,7 @@ def test_saving_keeps_the_median_window_of_a_fraction() -> None:
 # -- the host-speed control -----------------------------------------------------------------
 CONTROL = tuple(0.0025 + 0.00001 * (i % 7) for i in range(20))  # 2.50 .. 2.56 ms, jittered
 #: Measurements a controlled regression needs: the test's own and the re-measurements.
-CREG = bl.CONTROL_WINDOWS
+CREG = rule._CONTROL_MEASUREMENTS
 #: The host's speed during each of a baseline's measurements (1.1: everything 10% slower).
 HOST = (0.9, 1.0, 1.1, 0.95, 1.05, 1.15)
 
@@ -628,9 +656,9 @@ MEMORY = tuple(0.0009 + 0.00001 * (i % 5) for i in range(20))  # the memory cont
 
 def controlled(samples: tuple[float, ...] = TIMES, control: tuple[float, ...] = CONTROL,
                noise: NoiseFigures | None = QUIET,
-               memory: tuple[float, ...] = ()) -> bl.Window:
-    return bl.Window(samples[len(samples) // 2], samples, noise, control,
-                     memory_control=memory)
+               memory: tuple[float, ...] = ()) -> Measured:
+    return Measured(samples[len(samples) // 2], Samples(samples, control, memory),
+                    *figures(noise))
 
 
 def stored_controlled(follows: float = 1.0, memory: bool = False) -> bl.StoredMetric:
@@ -644,16 +672,15 @@ def stored_controlled(follows: float = 1.0, memory: bool = False) -> bl.StoredMe
         samples += scaled(h ** follows)
         control += scaled(h, CONTROL)
         mem += scaled(h, MEMORY)
-    return bl.StoredMetric("s", False, TIMES[10], tuple(samples), control=tuple(control),
-                           measurements=(len(TIMES),) * len(HOST),
-                           memory_control=tuple(mem) if memory else ())
+    return stored_with("s", False, TIMES[10], tuple(samples), tuple(control),
+                       tuple(mem) if memory else (), (len(TIMES),) * len(HOST))
 
 
 @pytest.mark.parametrize("follows", [0.0, 0.5, 1.0, 2.0])
 def test_the_slope_says_how_strongly_the_time_follows_the_control(follows: float) -> None:
     slope = bl.control_slope(stored_controlled(follows), [controlled()])
     assert slope == pytest.approx(min(follows, 1.0), abs=1e-6)  # clipped to [0, 1]
-    flat = bl.StoredMetric("s", False, TIMES[10], TIMES, control=CONTROL)  # one measurement
+    flat = stored_with("s", False, TIMES[10], TIMES, CONTROL)  # one measurement
     assert bl.control_slope(flat, [controlled()]) == 0.0  # nothing to fit: the plain rule
 
 
@@ -679,7 +706,9 @@ def test_work_that_does_not_follow_the_control_is_not_judged_by_it() -> None:
     faster = controlled(TIMES, scaled(0.8 * 1.025, CONTROL))  # 20% faster than the save
     verdict, a, detail, _ = decide(stored_controlled(follows=0.0), *[faster] * CREG)
     assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(0.0, abs=1e-9)
-    assert "+0.0% at the slope fitted within the runs (0.00), +25.0% in proportion" in detail
+    assert detail.startswith("inconclusive: up to 25.0% slower than the baseline, but the host "
+                             "ran 20% faster than at the save")
+    assert "Readings: +0.0% at the fitted slope (0.00), +25.0% in proportion" in detail
 
 
 def test_a_host_change_between_the_sides_is_taken_out_at_the_fit_and_in_proportion() -> None:
@@ -695,13 +724,13 @@ def test_a_host_change_between_the_sides_is_taken_out_at_the_fit_and_in_proporti
     verdict, a, detail, more = decide(base, *[same] * CREG)
     assert (verdict, more) == (bl.INCONCLUSIVE, False)  # the old rule: a false regression
     assert a.change == pytest.approx(1.1 ** 0.7 - 1, abs=0.005)  # +6.9% at the fit
-    assert "the host ran 10% slower than when the baseline was saved" in detail
-    assert "+6.9% at the slope fitted within the runs (0.30), +0.0% in proportion" in detail
+    assert "the host ran 10% slower than at the save" in detail
+    assert "+6.9% at the fitted slope (0.30), +0.0% in proportion" in detail
     # a real slowdown on that host holds at both ends: a regression
     slow = controlled(scaled(time * 1.2), scaled(host, CONTROL))
     verdict, a, detail, _ = decide(base, *[slow] * CREG)
     assert verdict == bl.REGRESSED
-    assert "+20.0% with the host's change taken out in proportion" in detail
+    assert "+20.0% in proportion" in detail
     # on a host 10% faster a 10% slowdown reads +2.9% at the fit, +10% in proportion: not
     # cleared early (the screen looks at both ends), then not told
     fast = controlled(scaled(1.025 ** 0.3 / 1.1 * 1.1), scaled(1.025 / 1.1, CONTROL))
@@ -723,7 +752,7 @@ def test_a_verdict_must_hold_at_the_slope_the_memory_control_says() -> None:
     assert bl.memory_slope(math.log(1.1), math.log(1.05)) == 1.0  # moved less: 1:1
     assert bl.memory_slope(math.log(1.1), math.log(0.95)) == 1.0  # the other way
     assert bl.memory_slope(0.0, math.log(1.15)) == 1.0  # a pool's own memory speed
-    assert bl.memory_slope(math.log(1.01), math.log(1.15)) == bl.MEMORY_SLOPE_MAX
+    assert bl.memory_slope(math.log(1.01), math.log(1.15)) == readings._MEMORY_SLOPE_MAX
     base = stored_controlled(memory=True)
     host = 1.025  # the save's median host speed
     # a drift: the compute control 10% slower, the memory control 1.33x that, the time
@@ -732,15 +761,16 @@ def test_a_verdict_must_hold_at_the_slope_the_memory_control_says() -> None:
                        memory=scaled(host * 1.1 ** 1.33, MEMORY))
     verdict, a, detail, _ = decide(base, *[drift] * CREG)
     assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(1.16 / 1.1 - 1, abs=0.005)
-    assert "its memory control 14% slower" in detail
-    assert "+2.2% at the slope the memory control says (1.33)" in detail
+    assert "the host's memory ran 14% slower than at the save" in detail
+    assert "+2.2% at the memory control's slope (1.33)" in detail
+    assert "the memory control 14% slower" in detail
     # without the memory control (a baseline saved before it) the same runs regress
-    old = dataclasses.replace(base, memory_control=())
+    old = without_memory(base)
     assert decide(old, *[drift] * CREG)[0] == bl.REGRESSED
     # a slowdown of the code on a steady host holds at every end
     slow = controlled(scaled(host * 1.2), scaled(host, CONTROL), memory=scaled(host, MEMORY))
     verdict, _, detail, _ = decide(base, *[slow] * CREG)
-    assert verdict == bl.REGRESSED and "+20.0% at the slope the memory control says" in detail
+    assert verdict == bl.REGRESSED and "+20.0% at the memory control's slope" in detail
     # ... and with one set of processes' memory control 15% slower alone
     odd = controlled(scaled(host * 1.2), scaled(host, CONTROL),
                      memory=scaled(host * 1.15, MEMORY))
@@ -753,7 +783,7 @@ def test_a_verdict_must_hold_at_the_slope_the_memory_control_says() -> None:
     quick = controlled(scaled(host * 0.84), scaled(host * 0.9, CONTROL),
                        memory=scaled(host * 0.9 ** 1.4, MEMORY))
     assert decide(base, *[quick] * CREG)[0] != bl.IMPROVED
-    assert decide(dataclasses.replace(base, memory_control=()), *[quick] * CREG)[0] \
+    assert decide(without_memory(base), *[quick] * CREG)[0] \
         == bl.IMPROVED
 
 
@@ -771,21 +801,19 @@ def test_a_bandwidth_must_hold_in_proportion_to_the_memory_control() -> None:
         samples += rates(h)
         control += scaled(h, CONTROL)
         mem += scaled(h, MEMORY)
-    base = bl.StoredMetric("GB/s", True, rates(1.0)[10], tuple(samples),
-                           control=tuple(control), measurements=(len(TIMES),) * len(HOST),
-                           memory_control=tuple(mem))
+    base = stored_with("GB/s", True, rates(1.0)[10], tuple(samples), tuple(control),
+                       tuple(mem), (len(TIMES),) * len(HOST))
     host = 1.025
     # the memory control 15% slower, the compute one steady, the bandwidth 13% lower
-    slow_memory = bl.Window(rates(host * 1.15)[10], rates(host * 1.15), QUIET,
-                            scaled(host, CONTROL), memory_control=scaled(host * 1.15, MEMORY))
+    slow_memory = controlled(rates(host * 1.15), scaled(host, CONTROL),
+                             memory=scaled(host * 1.15, MEMORY))
     verdict, a, detail, _ = decide(base, *[slow_memory] * CREG)
     assert verdict == bl.INCONCLUSIVE and a.change == pytest.approx(1 / 1.15 - 1, abs=0.005)
     assert "+0.0% in proportion to the memory control" in detail
-    assert decide(dataclasses.replace(base, memory_control=()), *[slow_memory] * CREG)[0] \
+    assert decide(without_memory(base), *[slow_memory] * CREG)[0] \
         == bl.REGRESSED
     # a slower collective with the memory control as at the save: a regression
-    slow = bl.Window(rates(host * 1.2)[10], rates(host * 1.2), QUIET, scaled(host, CONTROL),
-                     memory_control=scaled(host, MEMORY))
+    slow = controlled(rates(host * 1.2), scaled(host, CONTROL), memory=scaled(host, MEMORY))
     verdict, _, detail, _ = decide(base, *[slow] * CREG)
     assert verdict == bl.REGRESSED and "-16.7% in proportion to the memory control" in detail
 
@@ -822,8 +850,8 @@ def test_a_measurement_slowed_alone_is_set_aside() -> None:
     assert len(bl.without_outliers([odd, controlled(), controlled()], 0.10)) == 2
     verdict, a, _, _ = decide(base, *[odd] * (CREG - 1), controlled())
     assert verdict == bl.UNCHANGED and abs(a.change or 0.0) < 1e-9
-    # within OUTLIER_FACTOR x the tolerance of the fastest sibling: kept
-    near = controlled(scaled(1 + bl.OUTLIER_FACTOR * 0.10 * 0.9))
+    # within _OUTLIER_FACTOR x the tolerance of the fastest sibling: kept
+    near = controlled(scaled(1 + readings._OUTLIER_FACTOR * 0.10 * 0.9))
     assert len(bl.without_outliers([near, controlled(), controlled()], 0.10)) == 3
     # slower relative to its own control only: a host that slowed, not an outlier
     host = controlled(scaled(2.0), scaled(2.0, CONTROL))
@@ -842,8 +870,8 @@ def test_a_measurement_slowed_alone_is_set_aside() -> None:
 
 def test_the_control_screens_then_pools() -> None:
     base = stored_controlled()
-    line = 0.10 * bl.DECISION_FRACTION
-    screen = 0.10 * bl.CONTROL_SCREEN_FRACTION
+    line = 0.10 * rule._DECISION_FRACTION
+    screen = 0.10 * rule._SCREEN_FRACTION
     assert decide(base, controlled(scaled(1 + screen / 2)))[3] is False  # unchanged at once
     just_over = controlled(scaled(1 + (screen + line) / 2))  # past the screen, under the line
     assert decide(base, just_over)[3] is True
@@ -864,7 +892,7 @@ def test_the_control_screens_then_pools() -> None:
     # baseline (sooner the less it was off: the pooled 25% quantile): unchanged
     fast = controlled(scaled(0.7))
     assert decide(base, fast)[:4:3] == (bl.INCONCLUSIVE, True)
-    assert bl.CONTROL_IMPROVEMENT_WINDOWS == 2
+    assert rule._IMPROVEMENT_MEASUREMENTS == 2
     assert decide(base, fast, fast)[:4:3] == (bl.IMPROVED, False)
     assert decide(base, controlled(TIMES), fast)[:4:3] == (bl.IMPROVED, False)
     assert decide(base, fast, controlled(TIMES))[:4:3] == (bl.INCONCLUSIVE, True)
@@ -883,15 +911,17 @@ def test_a_change_within_what_the_slope_could_leave_of_the_host_is_not_told() ->
     figure; past it, it is judged (a sleep-like 3x slowdown on a slower host, say)."""
     base = stored_controlled()
     host = 1.025 * 1.5  # the baseline's median host is 1.025: the host 50% slower
-    line = 0.10 * bl.DECISION_FRACTION
-    within = 1 + (line + bl.SLOPE_ERROR * 0.5) / 2  # past the line, within SLOPE_ERROR x 50%
+    line = 0.10 * rule._DECISION_FRACTION
+    within = 1 + (line + rule._SLOPE_ERROR * 0.5) / 2  # past the line, within SLOPE_ERROR x 50%
     w = controlled(scaled(host * within), scaled(host, CONTROL))
     verdict, a, detail, more = decide(base, *[w] * CREG)
     assert (verdict, more) == (bl.INCONCLUSIVE, False)
     assert a.host_change == pytest.approx(0.5, abs=0.01)
     assert a.change == pytest.approx(within - 1, rel=1e-6)
-    assert "the host ran 50% slower than when the baseline was saved" in detail
-    assert f"within {bl.SLOPE_ERROR:g} x that" in detail
+    assert detail.startswith("inconclusive: the host ran 50% slower than at the save, enough to "
+                             "hide a change this size (+15.0%); rerun on a quieter runner or "
+                             "re-save. Readings: ")
+    assert f"within {rule._SLOPE_ERROR:g} x the host's change" in detail
     w = controlled(scaled(host / within), scaled(host, CONTROL))  # nor a small improvement
     assert decide(base, *[w] * CREG)[0] == bl.INCONCLUSIVE
     for factor, told in ((1.3, bl.REGRESSED), (0.6, bl.IMPROVED)):  # past it: judged
@@ -903,19 +933,19 @@ def test_a_change_within_what_the_slope_could_leave_of_the_host_is_not_told() ->
 
 
 def test_noisy_measurements_are_left_out_of_the_pool() -> None:
+    """Noisy measurements are set aside while a quiet one is left; with none quiet, all of
+    them are pooled and judged all the same (the control's figures move with another
+    process's load as the times do), and the detail says so."""
     base = stored_controlled()
     busy = controlled(scaled(1.8), noise=BUSY)  # another job: slower, and the probe saw it
     verdict, _, _, _ = decide(base, *[busy] * 2, *[controlled(TIMES)] * (CREG - 2))
     assert verdict == bl.UNCHANGED
     verdict, _, detail, _ = decide(base, *[busy] * CREG)
-    assert verdict == bl.INCONCLUSIVE and f"CPU wait 60% > {WAIT_LIMIT:.0%}" in detail
-    # a noisy measurement clears nothing and improves nothing: the control moves with noise
+    assert verdict == bl.REGRESSED
+    assert f"none of the measurements was quiet, judged all the same ({BUSY_REASON}" in detail
     busy_same = controlled(TIMES, noise=BUSY)
-    assert decide(base, busy_same)[3] is True  # not screened out: measured again
-    verdict, _, detail, _ = decide(base, *[busy_same] * CREG)
-    assert verdict == bl.INCONCLUSIVE and "too noisy to tell in all" in detail
-    assert decide(base, controlled(scaled(0.5), noise=BUSY))[0] == bl.INCONCLUSIVE
-    assert decide(base, busy_same, can_confirm=False)[0] == bl.INCONCLUSIVE
+    assert decide(base, busy_same)[:4:3] == (bl.UNCHANGED, False)  # screened out at once
+    assert decide(base, *[controlled(scaled(0.5), noise=BUSY)] * 2)[0] == bl.IMPROVED
 
 
 def _rates(times: tuple[float, ...]) -> tuple[float, ...]:
@@ -925,13 +955,12 @@ def _rates(times: tuple[float, ...]) -> tuple[float, ...]:
 
 def test_a_bandwidth_is_judged_with_the_control_as_the_time_it_stands_for() -> None:
     timed = stored_controlled()
-    base = bl.StoredMetric("GB/s", True, 0.064 / TIMES[10], _rates(timed.samples),
-                           control=timed.control, measurements=timed.measurements)
+    base = stored_with("GB/s", True, 0.064 / TIMES[10], _rates(timed.samples.values),
+                       timed.samples.control, sizes=timed.samples.sizes)
 
     def rate_window(times: tuple[float, ...], control: tuple[float, ...] = CONTROL,
-                    noise: NoiseFigures | None = QUIET) -> bl.Window:
-        rates = _rates(times)
-        return bl.Window(rates[len(rates) // 2], rates, noise, control)
+                    noise: NoiseFigures | None = QUIET) -> Measured:
+        return controlled(_rates(times), control, noise)
 
     # the host 25% slower: 20% less bandwidth, and the control says why
     host_slow = rate_window(scaled(1.25), scaled(1.25, CONTROL))
@@ -939,8 +968,8 @@ def test_a_bandwidth_is_judged_with_the_control_as_the_time_it_stands_for() -> N
     assert (verdict, more) == (bl.UNCHANGED, False)
     assert a.change == pytest.approx(0.0, abs=1e-9)
     # the plain rule cannot tell: the same bandwidths without a control are a suspect
-    plain = dataclasses.replace(base, control=(), measurements=())
-    assert decide(plain, bl.Window(host_slow.value, host_slow.samples, QUIET))[3] is True
+    plain = stored_with("GB/s", True, base.value, base.samples.values)
+    assert decide(plain, window(host_slow.samples.values))[3] is True
     # the collective itself 20% slower at the same host speed: 1/1.2 of the bandwidth
     slow = rate_window(scaled(1.2))
     verdict, a, detail, _ = decide(base, *[slow] * CREG)
@@ -956,7 +985,7 @@ def test_a_bandwidth_is_judged_with_the_control_as_the_time_it_stands_for() -> N
 def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
     assert not bl.controlled(stored(), [controlled()])
     assert not bl.controlled(stored_controlled(), [window(TIMES)])
-    short = bl.StoredMetric("s", False, 0.02, TIMES[:3], control=CONTROL[:3])
+    short = stored_with("s", False, 0.02, TIMES[:3], CONTROL[:3])
     assert not bl.controlled(short, [controlled()])
     assert not bl.controlled(stored_controlled(), [controlled((0.0, *TIMES[1:]))])  # no log
     assert bl.controlled(stored_controlled(), [controlled()])
@@ -965,80 +994,83 @@ def test_a_baseline_without_a_control_is_judged_by_the_plain_rule() -> None:
 
 
 def test_a_controlled_confidence_counts_measurements_not_samples() -> None:
-    """With the control, the confidence is 1 - p of an exact Mann-Whitney test of the
-    measurements (each one's adjusted 25% quantile, this run's against the baseline's), not of
-    the pooled samples, which share their measurement's moment: six measurements against
-    six, all slower, give 1 - 1/C(12, 6), however many samples each holds, where the pooled
-    samples' test says p < 1e-30.  A baseline of one measurement cannot give more than
-    1 - 1/7.  Cross-checked against scipy on the same figures."""
+    """With the control, the confidence is 1 - p of a Mann-Whitney test (its normal
+    approximation) of the measurements (each one's adjusted 25% quantile, this run's against
+    the baseline's), not of the pooled samples, which share their measurement's moment: six
+    measurements against six, all slower, give the same figure however many samples each
+    holds, where the pooled samples' test says p < 1e-30.  Cross-checked against scipy on
+    the same figures."""
     scipy_stats = pytest.importorskip("scipy.stats")
     levels = (1.0, 1.02, 1.04, 1.06, 1.08, 1.10)
     base_samples = tuple(v for f in levels for v in scaled(f))
-    base = bl.StoredMetric("s", False, TIMES[10], base_samples, control=CONTROL * 6,
-                           measurements=(20,) * 6)
+    base = stored_with("s", False, TIMES[10], base_samples, CONTROL * 6, sizes=(20,) * 6)
     metric = Metric("w.time_s", 0.04, "s", False, TIMES)
 
     def verdict_of(factors: tuple[float, ...], stored: bl.StoredMetric) -> Any:
         wins = [controlled(scaled(f)) for f in factors]
         verdict, a, detail, _ = decide(stored, *wins)
         return rule.make_verdict(metric, verdict, "env", a, tolerance=0.10,
-                               windows=len(wins), detail=detail), a
+                                 measurement_count=len(wins), detail=detail), a
+
+    def units_p(x: list[float], y: list[float]) -> float:
+        return float(scipy_stats.mannwhitneyu(x, y, alternative="greater",
+                                              method="asymptotic").pvalue)
 
     slower = (2.0, 2.01, 2.02, 2.03, 2.04, 2.05)
     v, a = verdict_of(slower, base)
     assert v.verdict == bl.REGRESSED and a.p_worse is not None and a.p_worse < 1e-30
-    assert v.confidence == pytest.approx(1 - 1 / math.comb(12, 6))
+    assert v.confidence == pytest.approx(1 - units_p(list(range(6, 12)), list(range(6))))
     # partly overlapping measurements: the figure scipy gives for their levels
     factors = (1.07, 1.09, 1.11, 1.13, 1.15, 1.17)
     v, a = verdict_of(factors, base)
-    q = rule.CONTROL_ESTIMATOR_QUANTILE
+    q = readings._CONTROL_ESTIMATOR_QUANTILE
     level = lambda f: math.log(float(np.quantile(scaled(f), q)))  # noqa: E731
-    want = scipy_stats.mannwhitneyu([level(f) for f in factors], [level(f) for f in levels],
-                                    alternative="greater", method="exact").pvalue
+    want = units_p([level(f) for f in factors], [level(f) for f in levels])
     assert a.units_p_worse == pytest.approx(want, rel=1e-9)
-    assert v.verdict == bl.REGRESSED and v.confidence == pytest.approx(1 - want)  # 99.24%
+    assert v.verdict == bl.REGRESSED and v.confidence == pytest.approx(1 - want)
     # a baseline of one measurement (no sizes: its samples are one unit)
-    one = bl.StoredMetric("s", False, TIMES[10], TIMES, control=CONTROL)
+    one = stored_with("s", False, TIMES[10], TIMES, CONTROL)
     v, _ = verdict_of(slower, one)
-    assert v.verdict == bl.REGRESSED and v.confidence == pytest.approx(1 - 1 / 7)
+    assert v.verdict == bl.REGRESSED
+    assert v.confidence == pytest.approx(1 - units_p(list(range(1, 7)), [0.0]))
 
 
 def test_a_baseline_says_what_change_its_measurements_can_tell() -> None:
-    """``rule.detectable_change``: the spread of a baseline's measurements (each one's
+    """``rule.detectable``: the spread of a baseline's measurements (each one's
     adjusted 25% quantile, in logs; their median absolute deviation as a standard
-    deviation) and the smallest change a test of CONTROL_WINDOWS measurements against them
+    deviation) and the smallest change a test of _CONTROL_MEASUREMENTS measurements against them
     tells at ALPHA, DETECTABLE_POWER of the time; cross-checked against scipy's MAD and
     normal quantiles.  One measurement far off moves it far less than a standard
     deviation.  A rate's is the same spread, read as a rate (a 10% longer time is a 9.1%
     lower bandwidth).  None with under 3 measurements or without the control."""
     scipy_stats = pytest.importorskip("scipy.stats")
-    q = rule.CONTROL_ESTIMATOR_QUANTILE
+    q = readings._CONTROL_ESTIMATOR_QUANTILE
     factors = (1.0, 1.08, 0.95, 1.12, 1.03, 0.9, 1.05, 1.0, 0.97, 1.1, 0.93, 1.02)
 
     def base_of(fs: tuple[float, ...], rate: bool = False) -> bl.StoredMetric:
         samples = tuple(v for f in fs for v in scaled(f))
         if rate:
             samples = tuple(1.0 / v for v in samples)
-        return bl.StoredMetric("GB/s" if rate else "s", rate, samples[10], samples,
-                               control=CONTROL * len(fs), measurements=(20,) * len(fs))
+        return stored_with("GB/s" if rate else "s", rate, samples[10], samples,
+                           CONTROL * len(fs), sizes=(20,) * len(fs))
 
     levels = np.array([math.log(float(np.quantile(scaled(f), q))) for f in factors])
     s = float(scipy_stats.median_abs_deviation(levels, scale="normal"))
-    z = (scipy_stats.norm.ppf(1 - rule.ALPHA)
-         + scipy_stats.norm.ppf(rule.DETECTABLE_POWER))
-    want = math.exp(z * s * math.sqrt(1 / rule.CONTROL_WINDOWS + 1 / len(factors))) - 1
-    d = rule.detectable_change(base_of(factors))
+    z = (scipy_stats.norm.ppf(1 - rule._ALPHA)
+         + scipy_stats.norm.ppf(rule._DETECTABLE_POWER))
+    want = math.exp(z * s * math.sqrt(1 / rule._CONTROL_MEASUREMENTS + 1 / len(factors))) - 1
+    d = rule.detectable(base_of(factors))
     assert d is not None and d.measurements == 12
     assert d.spread == pytest.approx(s) and d.change == pytest.approx(want)  # 14.5%
-    rate = rule.detectable_change(base_of(factors, rate=True))
+    rate = rule.detectable(base_of(factors, rate=True))
     assert rate is not None and rate.spread == pytest.approx(s)
     assert rate.change == pytest.approx(1 - 1 / (1 + want))
     drift = (*factors[:-1], 2.0)  # a save with one measurement in a drift of the host
-    far = rule.detectable_change(base_of(drift))
+    far = rule.detectable(base_of(drift))
     sd = float(np.std([math.log(float(np.quantile(scaled(f), q))) for f in drift], ddof=1))
     assert far is not None and far.spread < 0.5 * sd  # 9.5% against 20.9%
-    assert rule.detectable_change(base_of(factors[:2])) is None
-    assert rule.detectable_change(stored(TIMES * 3)) is None  # no control
+    assert rule.detectable(base_of(factors[:2])) is None
+    assert rule.detectable(stored(TIMES * 3)) is None  # no control
 
 
 def test_a_save_whose_measurements_spread_too_far_for_its_tolerance_says_so() -> None:
@@ -1051,7 +1083,7 @@ def test_a_save_whose_measurements_spread_too_far_for_its_tolerance_says_so() ->
             return Metric("w.time_s", 0.02 * f, "s", False, scaled(f), control=CONTROL)
         j = judgement(None, metric(factors[0]), save=True)
         for f in factors[1:]:
-            j.add_window("measure(w)", [metric(f)], QUIET)
+            j.add_measurement("measure(w)", [metric(f)], QUIET)
         assert not j.wanted()
         (v,) = j.verdicts()
         assert v.verdict == bl.SAVED
@@ -1067,25 +1099,26 @@ def test_a_save_whose_measurements_spread_too_far_for_its_tolerance_says_so() ->
 
 
 def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -> None:
-    """A save takes SAVE_CONTROL_WINDOWS measurements of a metric with the control, twice
+    """A save takes DEFAULT_SAVE_MEASUREMENTS measurements of a metric with the control, twice
     the most a comparison takes, and pools the quiet ones."""
     def metric(factor: float) -> Metric:
         return Metric("w.time_s", 0.02 * factor, "s", False, scaled(factor), control=CONTROL)
 
-    saves = bl.SAVE_CONTROL_WINDOWS
+    saves = DEFAULT_SAVE_MEASUREMENTS
     assert saves == 2 * CREG
     j = judgement(None, metric(1.0), save=True)
-    assert j.backoff() == bl.CONTROL_PAUSE_S
+    assert j.backoff() == jm._CONTROL_PAUSE_S
     for i in range(1, saves):
         assert j.wanted() == ["measure(w)"]
-        j.add_window("measure(w)", [metric(1.5 if i == 1 else 1.0 + i / 100)],
+        j.add_measurement("measure(w)", [metric(1.5 if i == 1 else 1.0 + i / 100)],
                      BUSY if i == 1 else QUIET)
     assert j.wanted() == []
     (entry,) = j.save_entries()
     kept = entry.metrics["w.time_s"]
-    assert len(kept.samples) == len(kept.control) == 20 * (saves - 1)  # the busy one left out
-    assert kept.measurements == (20,) * (saves - 1)
-    assert max(kept.samples) < 0.03 and kept.control == CONTROL * (saves - 1)
+    pooled = kept.samples
+    assert len(pooled.values) == len(pooled.control) == 20 * (saves - 1)  # the busy one out
+    assert pooled.sizes == (20,) * (saves - 1)
+    assert max(pooled.values) < 0.03 and pooled.control == CONTROL * (saves - 1)
     (v,) = j.verdicts()
     assert v.verdict == bl.SAVED and f"{saves} measurement(s) pooled" in v.detail
     path = tmp_path / "test_x.toml"
@@ -1094,8 +1127,8 @@ def test_saving_with_the_control_pools_every_quiet_measurement(tmp_path: Path) -
     back = bl.load(path)
     assert back is not None
     again = back.metrics("test_a", bl.environment_id(CPU))
-    assert again is not None and again["w.time_s"].control == kept.control
-    assert again["w.time_s"].measurements == kept.measurements
+    assert again is not None and again["w.time_s"].samples.control == kept.samples.control
+    assert again["w.time_s"].samples.sizes == kept.samples.sizes
     (v,) = judgement(back, metric(1.0)).verdicts()
     assert v.verdict == bl.UNCHANGED and v.host_change == pytest.approx(0.0, abs=1e-9)
     assert "host-speed control +0.0%" in "\n".join(report.verdict_table([v]))
@@ -1117,10 +1150,10 @@ def test_the_save_measurements_are_the_callers_to_set() -> None:
         while wanted := j.wanted():
             for label in wanted:
                 taken[label] += 1
-                j.add_window(label, [timed if label == "t" else plain], QUIET)
-        assert taken == {"t": asked, "p": bl.SAVE_WINDOWS}
+                j.add_measurement(label, [timed if label == "t" else plain], QUIET)
+        assert taken == {"t": asked, "p": jm._SAVE_MEASUREMENTS}
         (entry,) = j.save_entries()
-        assert len(entry.metrics["w.time_s"].samples) == 20 * asked
+        assert len(entry.metrics["w.time_s"].samples.values) == 20 * asked
 
 
 def test_a_save_leaves_out_a_measurement_slowed_alone() -> None:
@@ -1132,11 +1165,11 @@ def test_a_save_leaves_out_a_measurement_slowed_alone() -> None:
 
     j = judgement(None, metric(1.0), save=True)
     for i in range(1, CREG):
-        j.add_window("measure(w)", [metric(0.5 if i == 2 else 1.0)], QUIET)
+        j.add_measurement("measure(w)", [metric(0.5 if i == 2 else 1.0)], QUIET)
     (entry,) = j.save_entries()
     kept = entry.metrics["bw"]
-    assert kept.measurements == (20,) * (CREG - 1)  # the slow one left out
-    assert min(kept.samples) >= min(TIMES)
+    assert kept.samples.sizes == (20,) * (CREG - 1)  # the slow one left out
+    assert min(kept.samples.values) >= min(TIMES)
 
 
 def test_verdicts_travel_with_the_record_and_render() -> None:
@@ -1156,6 +1189,235 @@ def test_verdicts_travel_with_the_record_and_render() -> None:
     record.measurements.append(Measurement("m", (Metric("w.time_s", 0.04, "s"),)))
     assert report.junit_properties(record) == [
         ("distperf.w.time_s", "40 ms"), ("distperf.w.time_s.verdict", "regressed (+100.0%)")]
+
+
+def test_a_report_and_a_baseline_file_written_before_the_rename_still_load(
+        tmp_path: Path) -> None:
+    """A JSON report's verdict of the older layout (``windows``; each measurement's samples
+    and controls side by side, without its value) reads as today's; a baseline file of
+    pooled measurements with both controls reads into one Samples."""
+    old = {"metric": "w.time_s", "verdict": "regressed", "windows": 6, "detail": "d",
+           "measurements": [{"samples": [0.02, 0.03, 0.01], "control": [1.0, 1.0, 1.0],
+                             "steal": 0.01, "wait": None, "other_load": 0.0,
+                             "memory_control": []}]}
+    record = from_dict(TestRecord, {"nodeid": "t.py::test_a", "world_size": 2,
+                                    "verdicts": [old]})
+    (v,) = record.verdicts
+    assert v.measurement_count == 6 and v.detail == "d"
+    (m,) = v.measurements
+    assert m == Measured(0.02, Samples((0.02, 0.03, 0.01), (1.0, 1.0, 1.0)), 0.01, None, 0.0)
+    assert from_dict(TestRecord, to_dict(record)) == record
+    path = tmp_path / "test_x.toml"
+    path.write_text(textwrap.dedent("""\
+        schema_version = 1
+        module = "tests/test_x.py"
+
+        [environments.e]
+        backend = "gloo"
+        device_type = "cpu"
+        device_model = "AMD EPYC 7R13"
+        device_count = 0
+        world_size = 2
+        torch_version = "2.13.0+cpu"
+        nccl_version = ""
+
+        [tests.test_a.e]
+        saved = "2025-01-02T03:04:05Z"
+
+        [tests.test_a.e.metrics."w.time_s"]
+        unit = "s"
+        higher_is_better = false
+        value = 0.021
+        estimate = 0.02
+        cpu_wait = 0.08
+        samples = [0.02, 0.021, 0.022, 0.023]
+        control = [0.0025, 0.0025, 0.0026, 0.0026]
+        memory_control = [0.0009, 0.0009, 0.0009, 0.0009]
+        measurements = [2, 2]
+        """))
+    file = bl.load(path)
+    assert file is not None
+    stored = (file.metrics("test_a", "e") or {})["w.time_s"]
+    assert stored.samples == Samples((0.02, 0.021, 0.022, 0.023),
+                                     (0.0025, 0.0025, 0.0026, 0.0026), (0.0009,) * 4, (2, 2))
+    assert (stored.value, stored.measured.wait, stored.measured.steal) == (0.021, 0.08, None)
+
+
+# -- the rule, sentence by sentence (docs/verdict-rule.md) ---------------------------------
+@pytest.mark.parametrize(("samples", "value", "hib", "fraction", "want"), [
+    (TIMES, 0.03, False, False, TIMES[1]),  # 20 samples: never below the second-best
+    (TIMES * 3, 0.03, False, False, 0.02019),  # 60: the 5% quantile
+    (TIMES, 0.03, True, False, TIMES[18]),  # a rate: the mirror, the second-best
+    (TIMES, 0.3, False, True, 0.3),  # a fraction: its own value
+    (TIMES[:4], 0.7, False, False, 0.7),  # too few samples: the value
+])
+def test_sentence_1_the_estimate(samples: tuple[float, ...], value: float, hib: bool,
+                                 fraction: bool, want: float) -> None:
+    assert bl.estimate(samples, value, hib, fraction) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("worse", "tolerance", "past"), [
+    (0.05, 0.10, True), (0.0499, 0.10, False), (0.30, 0.50, True), (-0.06, 0.10, False),
+    (math.inf, 0.10, True), (0.0, 0.0, False), (1e-9, 0.0, True),
+])
+def test_sentence_2_the_decision_line(worse: float, tolerance: float, past: bool) -> None:
+    assert rule._past(worse, tolerance) is past
+
+
+@pytest.mark.parametrize(("unit", "delta"), [
+    ("s", 5e-6), ("ms", 5e-3), ("us", 5.0), ("fraction", 0.05), ("GB/s", 0.0), ("", 0.0),
+])
+def test_sentence_2_the_smallest_delta_without_the_control(unit: str, delta: float) -> None:
+    assert stats.min_abs_delta(unit) == delta
+
+
+@pytest.mark.parametrize(("noise", "samples", "limit", "said"), [
+    (QUIET, TIMES, 0.5, []),
+    (BUSY, TIMES, 0.5, [BUSY_REASON]),
+    (NoiseFigures(1.0, 0.5, 0.9, None), TIMES, 0.5, []),  # steal and wait: reported only
+    (QUIET, (0.01,) * 5 + (0.03,) * 15, 0.5, ["sample spread 200% > 50%"]),
+    (QUIET, (0.01,) * 5 + (0.03,) * 15, 2.5, []),  # a metric that always spreads so
+    (None, TIMES[:3], 0.5, []),  # too few samples for a spread, nothing probed
+])
+def test_sentence_3_what_makes_a_measurement_too_noisy(
+        noise: NoiseFigures | None, samples: tuple[float, ...], limit: float,
+        said: list[str]) -> None:
+    assert rule.noise_reasons(window(samples, noise), False, limit=limit) == said
+
+
+@pytest.mark.parametrize(("p", "significant"), [
+    (None, True), (0.0, True), (0.0099, True), (0.01, False), (0.5, False),
+])
+def test_sentence_4_significance(p: float | None, significant: bool) -> None:
+    assert rule._significant(p) is significant
+
+
+@pytest.mark.parametrize(("factors", "can_confirm", "verdict", "more"), [
+    ((1.01,), True, bl.UNCHANGED, False),
+    ((0.5,), True, bl.IMPROVED, False),  # improved at once
+    ((2.0,), True, bl.INCONCLUSIVE, True),  # seen once: measured again
+    ((2.0,) * 4, True, bl.REGRESSED, False),  # 3 re-measurements bear it out
+    ((2.0, 2.0, 2.0, 1.0), True, bl.UNCHANGED, False),  # the best one clears it
+    ((2.0,), False, bl.REGRESSED, False),  # cannot be measured again
+])
+def test_sentence_5_without_the_control(factors: tuple[float, ...], can_confirm: bool,
+                                        verdict: str, more: bool) -> None:
+    got = decide(stored(), *[window(scaled(f)) for f in factors], can_confirm=can_confirm)
+    assert (got.verdict, got.more) == (verdict, more), got.detail
+
+
+def test_sentence_6_which_metrics_are_judged_with_the_control() -> None:
+    base = stored_controlled()
+    cases = [(base, [controlled()], True), (stored(), [controlled()], False),
+             (base, [window(TIMES)], False), (base, [controlled(), window(TIMES)], False),
+             (stored_with("s", False, 0.02, TIMES[:3], CONTROL[:3]), [controlled()], False),
+             (base, [controlled((0.0, *TIMES[1:]))], False),
+             (stored_with("fraction", False, 0.02, TIMES, CONTROL), [controlled()], False)]
+    assert [bl.controlled(b, ms) for b, ms, _ in cases] == [want for _, _, want in cases]
+
+
+@pytest.mark.parametrize(("factors", "set_aside"), [
+    ((1.0, 1.0, 1.0), 0), ((2.0, 1.0, 1.0), 1), ((2.0, 1.0), 0), ((2.0, 2.0, 1.0), 2),
+    ((1.2, 1.2, 1.2), 0),
+])
+def test_sentence_7_a_measurement_slowed_alone_is_set_aside_for_a_regression(
+        factors: tuple[float, ...], set_aside: int) -> None:
+    measured = [controlled(scaled(f)) for f in factors]
+    regression, improvement = rule._controlled_assessments(stored_controlled(), measured, 0.10)
+    assert (regression.set_aside, improvement.set_aside) == (set_aside, 0)
+    assert (regression is improvement) == (set_aside == 0)
+
+
+@pytest.mark.parametrize(("worse", "screened"), [
+    ((0.0, 0.0), True), ((0.024, 0.01), True), ((0.025, 0.0), False), ((0.0, 0.03), False),
+])
+def test_sentence_8_the_screen_looks_at_both_host_readings(worse: tuple[float, float],
+                                                          screened: bool) -> None:
+    readings_ = tuple(readings.Reading(name=name, change=w, worse=w, slope=1.0,
+                                       host_change=0.0, p_worse=1.0, p_better=1.0,
+                                       units_p_worse=1.0, units_p_better=1.0)
+                      for name, w in zip((readings.FITTED, readings.IN_PROPORTION), worse,
+                                         strict=True))
+    a = rule.Assessment(baseline=1.0, current=1.0, change=0.0, worse=worse[0],
+                        worse_like=False, better_like=False, readings=readings_)
+    assert rule._screened_out(a, 0.10) is screened
+
+
+@pytest.mark.parametrize(("host", "memory", "rate", "names"), [
+    (1.1, False, False, [readings.FITTED, readings.IN_PROPORTION]),
+    (1.1, True, False, [readings.FITTED, readings.IN_PROPORTION, readings.MEMORY]),
+    (1.1, True, True, [readings.FITTED, readings.IN_PROPORTION,
+                       readings.MEMORY_IN_PROPORTION]),
+])
+def test_sentence_9_the_readings_of_a_change(host: float, memory: bool, rate: bool,
+                                             names: list[str]) -> None:
+    base = stored_controlled(follows=0.3, memory=memory)
+    now = controlled(scaled(1.1), scaled(1.025 * host, CONTROL),
+                     memory=scaled(1.025 * host, MEMORY) if memory else ())
+    got = readings.read(base, [now], [now], rate=rate)
+    assert [r.name for r in got] == names
+    assert got[0].slope == pytest.approx(0.3, abs=0.02)
+    # where the host held its speed, the fitted reading is the only one
+    same = stored_with("s", False, TIMES[10], TIMES, CONTROL)
+    assert [r.name for r in readings.read(same, [controlled()], [controlled()])] == [
+        readings.FITTED]
+
+
+@pytest.mark.parametrize(("worse", "host", "beyond"), [
+    (0.10, 0.10, True), (0.05, 0.10, True), (0.049, 0.10, False), (-0.06, 0.10, True),
+    (0.01, 0.0, True),
+])
+def test_sentence_9_a_change_within_what_the_slope_could_leave(worse: float, host: float,
+                                                              beyond: bool) -> None:
+    a = rule.Assessment(baseline=1.0, current=1.0, change=worse, worse=worse,
+                        worse_like=False, better_like=False)
+    assert rule._beyond_host(a, host) is beyond
+
+
+@pytest.mark.parametrize(("factors", "borne_out"), [
+    ((0.7,), False),  # one measurement: never
+    ((0.7, 0.7), True), ((1.0, 0.7), True),  # the last one better on its own
+    ((0.7, 0.96), False), ((0.7, 1.2), False),
+])
+def test_sentence_10_an_improvement_borne_out_by_its_last_measurement(
+        factors: tuple[float, ...], borne_out: bool) -> None:
+    measured = [controlled(scaled(f)) for f in factors]
+    assert rule._borne_out(stored_controlled(), measured, 0.10) is borne_out
+
+
+@pytest.mark.parametrize(("before", "after", "tolerance", "hib", "verdict"), [
+    (2, 2, 0, False, bl.UNCHANGED), (2, 3, 0, False, bl.REGRESSED),
+    (3, 2, 0, False, bl.IMPROVED), (2, 3, 1, False, bl.UNCHANGED),
+    (0, 1, 0, False, bl.REGRESSED), (2, 3, 0, True, bl.IMPROVED),
+])
+def test_sentence_11_an_exact_metric(before: float, after: float, tolerance: float,
+                                     hib: bool, verdict: str) -> None:
+    base = bl.StoredMetric("calls/step", hib, Measured(float(before)), "exact")
+    got, _, detail = bl.decide_exact(base, Measured(float(after)), tolerance)
+    assert got == verdict
+    assert detail.startswith(f"{verdict}: ") if verdict != bl.UNCHANGED else detail == ""
+
+
+@pytest.mark.parametrize(("base", "measured", "head"), [
+    (stored(), [window(scaled(2.0))] * REG, "regressed: 100.0% slower than the baseline, "
+                                            "confirmed by 4 measurements; find the change"),
+    (stored(), [window(scaled(0.5))], "improved: 50.0% faster than the baseline, in its one "
+                                      "measurement; re-save with --distperf-save"),
+    (stored(), [window(scaled(1.8), BUSY)] * REG, "inconclusive: too noisy to tell in all 4 "
+                                                  "measurements; rerun on a quieter runner."),
+    (stored(tuple(10.0 + 0.1 * i for i in range(20)), "GB/s", True),
+     [window(tuple(5.0 + 0.05 * i for i in range(20)))] * REG,
+     "regressed: 50.0% lower than the baseline, confirmed by 4 measurements"),
+    (stored_controlled(), [controlled(scaled(1.2))] * CREG,
+     "regressed: 20.0% slower than the baseline with the host's speed taken out, confirmed "
+     "by 6 measurements; find the change that caused it, or re-save with --distperf-save if "
+     "it is intended. Readings: +20.0% at the fitted slope"),
+])
+def test_a_verdict_says_one_plain_sentence_before_its_figures(
+        base: bl.StoredMetric, measured: list[Measured], head: str) -> None:
+    detail = rule.decide(base, measured, 0.10, can_confirm=True).detail
+    assert detail.startswith(head), detail
+    assert "slope fitted" not in detail.split(". ")[0]  # no rule internals in the sentence
 
 
 @pytest.mark.parametrize(("value", "unit", "text"), [
@@ -1203,8 +1465,8 @@ def test_other_load_is_the_machine_busy_time_the_measured_processes_did_not_use(
 def test_pooled_noise_is_noisy_only_when_one_measurement_was() -> None:
     from pytest_distperf.verdict.noise import pooled_noise
 
-    # each quiet: neighbours while the ranks did not wait; ranks waiting for each other alone
-    a, b = NoiseFigures(1.0, 0.0, 0.02, 0.12), NoiseFigures(1.0, 0.0, 0.40, 0.0)
+    # each quiet: a neighbour under the limit; ranks waiting for each other alone
+    a, b = NoiseFigures(1.0, 0.0, 0.02, 0.08), NoiseFigures(1.0, 0.0, 0.40, 0.0)
     assert not a.too_noisy() and not b.too_noisy()
     quiet = pooled_noise([a, b])
     assert quiet is not None and quiet.too_noisy() == [] and quiet.seconds == 2.0
@@ -1214,17 +1476,18 @@ def test_pooled_noise_is_noisy_only_when_one_measurement_was() -> None:
     assert pooled_noise([]) is None
 
 
-@pytest.mark.parametrize(("wait", "other", "noisy"), [
-    (0.55, 0.0, False),   # gloo ranks waiting for each other on an idle machine: the measurement
-    (0.0, 0.5, False),    # a neighbour on a CPU the (sleeping) ranks do not want
-    (0.30, 0.30, True),   # a neighbour the ranks waited for
-    (0.30, None, True),   # other load unknown: the wait alone decides, against WAIT_LIMIT
-    (0.20, None, False),
-    (None, 0.30, True),   # the wait unknown: the other load alone
+@pytest.mark.parametrize(("steal", "wait", "other", "noisy"), [
+    (0.0, 0.55, 0.0, False),  # gloo ranks waiting for each other on an idle machine
+    (0.0, 0.0, 0.5, True),    # a neighbour took half the machine
+    (0.0, 0.30, 0.30, True),
+    (0.0, None, 0.30, True),  # the wait unknown: the other load decides
+    (0.0, 0.30, 0.08, False),  # under the limit
+    (0.0, 0.90, None, False),  # the other load unknown: the spread is the only guard
+    (0.40, 0.0, 0.0, False),  # the host's steal is reported, not judged
 ])
-def test_a_window_is_noisy_when_other_processes_took_cpu_the_ranks_waited_for(
-        wait: float | None, other: float | None, noisy: bool) -> None:
-    reasons = NoiseFigures(1.0, 0.0, wait, other).too_noisy()
+def test_a_measurement_is_noisy_when_other_processes_took_the_cpus(
+        steal: float, wait: float | None, other: float | None, noisy: bool) -> None:
+    reasons = NoiseFigures(1.0, steal, wait, other).too_noisy()
     assert bool(reasons) == noisy, reasons
     if noisy and other is not None:
         assert f"other processes used {other:.0%} of the CPUs" in reasons[0]
@@ -1334,7 +1597,7 @@ def test_the_probe_sees_a_real_neighbour_that_takes_a_cpu() -> None:
         other = _other_load_around([os.getpid()])
     finally:
         _kill(hog)
-    assert other > min(noise.OTHER_LOAD_LIMIT, 0.9 / (os.cpu_count() or 1))
+    assert other > min(noise._OTHER_LOAD_LIMIT, 0.9 / (os.cpu_count() or 1))
 
 
 # -- the spread of a fraction near zero ------------------------------------------------------
@@ -1359,9 +1622,9 @@ def test_a_fraction_near_zero_is_not_called_noisy_for_its_relative_spread() -> N
 def test_a_quiet_save_of_a_fraction_near_zero_takes_the_usual_measurements() -> None:
     metric = Metric("comm_overhead", 0.01, "fraction", False, NEAR_ZERO)
     j = judgement(None, metric, save=True)
-    for _ in range(bl.SAVE_WINDOWS - 1):
+    for _ in range(jm._SAVE_MEASUREMENTS - 1):
         assert j.wanted() == ["measure(w)"]
-        j.add_window("measure(w)", [metric], QUIET)
+        j.add_measurement("measure(w)", [metric], QUIET)
     assert j.wanted() == []  # not SAVE_MAX_WINDOWS: nothing was too noisy
     (verdict,) = j.verdicts()
     assert "noisy" not in verdict.detail and verdict.spread == pytest.approx(0.095)

@@ -21,12 +21,13 @@ from pytest_distperf.records import (
     Measured,
     Measurement,
     Metric,
+    Samples,
     Verdict,
 )
+from pytest_distperf.verdict import rule
 from pytest_distperf.verdict.explain import explain
 from pytest_distperf.verdict.judgement import exact_family
 from pytest_distperf.verdict.noise import NoiseFigures
-from pytest_distperf.verdict.parts import by_parts, compute_of
 
 CPU = Environment("gloo", "cpu", "AMD EPYC 7R13", 0, 2, "2.13.0+cpu", "")
 QUIET = NoiseFigures(1.0, 0.05, 0.08)
@@ -65,7 +66,7 @@ def judgement(file: bl.BaselineFile | None, metrics: list[Metric], *, save: bool
 def saved(tmp_path: Path, metrics: list[Metric]) -> bl.BaselineFile:
     j = judgement(None, metrics, save=True)
     while j.wanted():  # the measured metrics want their save measurements; same figures
-        j.add_window(LABEL, metrics, QUIET)
+        j.add_measurement(LABEL, metrics, QUIET)
     path = tmp_path / "test_x.toml"
     bl.save_test(path, "test_x.py", "test_a", j.save_entries())
     file = bl.load(path)
@@ -76,7 +77,7 @@ def saved(tmp_path: Path, metrics: list[Metric]) -> bl.BaselineFile:
 def verdicts_of(file: bl.BaselineFile, metrics: list[Metric], **kw: Any) -> dict[str, Any]:
     j = judgement(file, metrics, **kw)
     while j.wanted():  # confirmations of the measured metrics: the same figures again
-        j.add_window(LABEL, metrics, QUIET)
+        j.add_measurement(LABEL, metrics, QUIET)
     return {v.metric: v for v in j.verdicts()}
 
 
@@ -98,9 +99,10 @@ def test_an_exact_metric_is_judged_at_once_and_exactly(tmp_path: Path) -> None:
     assert j.wanted() == []  # nothing to confirm: a count does not depend on the host
     v = {x.metric: x for x in j.verdicts()}
     calls = v["comm.all_reduce.calls"]
-    assert (calls.verdict, calls.baseline, calls.current, calls.windows) == (
+    assert (calls.verdict, calls.baseline, calls.current, calls.measurement_count) == (
         bl.REGRESSED, 2.0, 3.0, 1)
-    assert calls.confidence is None and "exact: 2 -> 3 (+1; exact tolerance 0)" in calls.detail
+    assert calls.confidence is None and calls.detail.startswith(
+        "regressed: 2 -> 3 calls/step (+1), past the exact tolerance of 0; find the change")
     assert v["comm.all_reduce.bytes"].verdict == bl.UNCHANGED
     fewer = verdicts_of(file, step(calls=1))["comm.all_reduce.calls"]
     assert fewer.verdict == bl.IMPROVED and "re-save" in fewer.detail
@@ -171,9 +173,9 @@ def test_a_step_regression_says_what_changed_with_it(tmp_path: Path) -> None:
 
 def test_a_save_says_when_a_count_was_not_deterministic() -> None:
     j = judgement(None, step(), save=True)
-    j.add_window(LABEL, step(calls=3), QUIET)
+    j.add_measurement(LABEL, step(calls=3), QUIET)
     while j.wanted():
-        j.add_window(LABEL, step(), QUIET)
+        j.add_measurement(LABEL, step(), QUIET)
     v = {x.metric: x for x in j.verdicts()}
     assert v["comm.all_reduce.calls"].current == 2.0
     assert "NOT deterministic: 2 values" in v["comm.all_reduce.calls"].detail
@@ -205,36 +207,17 @@ def test_explanations_stay_within_their_measurement() -> None:
                                          "unchanged: smaller gradient buckets (bucket_cap_mb)?")
 
 
-@pytest.mark.parametrize(("name", "compute"), [
-    ("step_time_s", "compute_time_s"), ("gpt.step_time_s", "gpt.compute_time_s"),
-    ("step_time_s#2", "compute_time_s#2"), ("a.b.step_time_s#3", "a.b.compute_time_s#3"),
-    ("profile.step_time_s", "profile.compute_time_s"), ("mystep_time_s", None),
-    ("step_time_s.w2", None), ("comm_overhead", None),
-])
-def test_the_compute_part_of_a_step_metric(name: str, compute: str | None) -> None:
-    assert compute_of(name) == compute
-
-
-def test_a_step_regression_under_the_tolerance_in_communication_alone_is_not_told(
-        tmp_path: Path) -> None:
+def test_a_step_is_judged_on_its_own_and_explained_by_its_parts(tmp_path: Path) -> None:
+    """A step time is judged by its own measurements, whatever its compute did; the
+    explanation says where the change lies (its compute, its exposed communication)."""
     file = saved(tmp_path, step())
     # the step 8% slower (past the 5% line, under the 10% tolerance), its compute as saved
     v = verdicts_of(file, step(slower=1.08, exposed=1.5))
     assert v["compute_time_s"].verdict == bl.UNCHANGED
-    assert v["step_time_s"].verdict == bl.INCONCLUSIVE
+    assert v["step_time_s"].verdict == bl.REGRESSED
     assert v["step_time_s"].change == pytest.approx(0.08)
-    assert v["step_time_s"].detail.startswith(
-        "the step is +8.0%, under the 10% tolerance, and its compute, measured with it, is "
-        "unchanged (+0.0%): the change is in the exposed communication, whose transport "
-        "noise the host-speed control does not follow; comm_overhead and the collective "
-        "counts judge it (the step alone: ")
     assert "exposed communication +50%" in v["step_time_s"].explanation
-    # a faster compute does not clear a slower step either
-    assert verdicts_of(file, step(slower=1.08, compute=0.7))["step_time_s"].verdict \
-        == bl.INCONCLUSIVE
-    # past the tolerance the step's own verdict stands, whatever its compute did
-    assert verdicts_of(file, step(slower=1.3))["step_time_s"].verdict == bl.REGRESSED
-    # the compute slower too: both regressed, the step's verdict stands
+    # the compute slower too: both regressed
     both = verdicts_of(file, step(slower=1.08, compute=1.3))
     assert (both["step_time_s"].verdict, both["compute_time_s"].verdict) == (
         bl.REGRESSED, bl.REGRESSED)
@@ -245,21 +228,6 @@ def test_a_step_regression_under_the_tolerance_in_communication_alone_is_not_tol
         bl.UNCHANGED, bl.REGRESSED)
 
 
-def test_a_step_is_cleared_only_by_the_compute_of_its_own_measurement() -> None:
-    step_v = Verdict("step_time_s", bl.REGRESSED, change=0.07, detail="d")
-    compute = Verdict("compute_time_s", bl.UNCHANGED, change=0.0)
-    same = {"step_time_s": "A", "compute_time_s": "A"}
-    assert by_parts([step_v, compute], {"step_time_s": "A", "compute_time_s": "B"},
-                    0.1) == [step_v, compute]
-    assert by_parts([step_v], {"step_time_s": "A"}, 0.1) == [step_v]  # no compute recorded
-    unknown = Verdict("compute_time_s", bl.INCONCLUSIVE, change=0.2)
-    assert by_parts([step_v, unknown], same, 0.1)[0] == step_v
-    cleared = by_parts([step_v, compute], same, 0.1)[0]
-    assert cleared.verdict == bl.INCONCLUSIVE and cleared.detail.endswith(
-        "(the step alone: d)")
-    assert by_parts([step_v, compute], same, 0.05)[0] == step_v  # past a 5% tolerance
-
-
 def test_a_verdict_says_how_many_re_measurements_ran_on_fresh_ranks(tmp_path: Path) -> None:
     """The caller tells the judgement which measurements were repeated on fresh ranks only;
     their verdicts say so, and a step is still judged with its compute."""
@@ -268,19 +236,21 @@ def test_a_verdict_says_how_many_re_measurements_ran_on_fresh_ranks(tmp_path: Pa
     for fresh in (set(), {LABEL}):
         j = judgement(file, metrics)
         while j.wanted():
-            j.add_window(LABEL, metrics, QUIET)
+            j.add_measurement(LABEL, metrics, QUIET)
         j.fresh_labels = fresh
         v = {x.metric: x for x in j.verdicts()}
-        assert v["step_time_s"].verdict == bl.INCONCLUSIVE  # the parts rule, either way
+        assert v["step_time_s"].verdict == bl.REGRESSED
         for name in ("step_time_s", "compute_time_s"):
-            assert v[name].windows == bl.CONFIRMATIONS + 1  # no control here: the plain rule
-            said = f"{bl.CONFIRMATIONS} re-measurement(s) on fresh ranks"
+            # no control here: the plain rule
+            assert v[name].measurement_count == rule._CONFIRMATIONS + 1
+            said = f"{rule._CONFIRMATIONS} re-measurement(s) on fresh ranks"
             assert v[name].detail.endswith(said) == bool(fresh), v[name].detail
         assert "fresh ranks" not in v["comm.all_reduce.calls"].detail  # measured once
         # every measurement's samples, and what the noise probe saw, come with the verdict
         # (to judge it again from the record); an exact metric has none
         by_name = {m.name: m for m in metrics}
+        step_time = by_name["step_time_s"]
         assert v["step_time_s"].measurements == tuple(
-            Measured(by_name["step_time_s"].samples, (), QUIET.steal, QUIET.wait,
-                     QUIET.other_load) for _ in range(bl.CONFIRMATIONS + 1))
+            Measured(step_time.value, Samples(step_time.samples), QUIET.steal, QUIET.wait,
+                     QUIET.other_load) for _ in range(rule._CONFIRMATIONS + 1))
         assert v["comm.all_reduce.calls"].measurements == ()

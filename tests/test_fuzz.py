@@ -442,12 +442,12 @@ def check_sane(file: bl.BaselineFile) -> None:
         for env_id in file.test_environments(test):
             assert env_id in file.environments()
             for metric in (file.metrics(test, env_id) or {}).values():
-                numbers = (metric.value, *metric.samples, *metric.control)
+                samples = metric.samples
+                numbers = (metric.value, *samples.values, *samples.control)
                 assert all(isinstance(v, float) and math.isfinite(v) for v in numbers)
                 assert metric.unit not in TIME_UNITS or min(numbers) >= 0
-                assert all(c > 0 for c in metric.control)
-                assert not metric.measurements or sum(metric.measurements) == len(
-                    metric.samples)
+                assert all(c > 0 for c in samples.control)
+                assert not samples.sizes or sum(samples.sizes) == len(samples.values)
                 assert metric.kind in METRIC_KINDS and isinstance(metric.higher_is_better,
                                                                   bool)
 
@@ -458,8 +458,9 @@ def judge(file: bl.BaselineFile, test: str, factor: float, save_it: bool) -> Any
     names = {name: m for env_id in file.test_environments(test)
              for name, m in (file.metrics(test, env_id) or {}).items()}
     metrics = [Metric(name, m.value * factor, m.unit, m.higher_is_better,
-                      tuple(v * factor for v in (m.samples or TIMES)), kind=m.kind,
-                      control=(0.0025,) * len(m.samples or TIMES) if m.control else ())
+                      tuple(v * factor for v in (m.samples.values or TIMES)), kind=m.kind,
+                      control=((0.0025,) * len(m.samples.values or TIMES)
+                               if m.samples.control else ()))
                for name, m in names.items()]
     metrics.append(Metric("new.time_s", 0.02, "s", False, TIMES))
     judgement = make_judgement(

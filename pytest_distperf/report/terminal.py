@@ -303,7 +303,7 @@ def verdict_table(verdicts: Sequence[Verdict]) -> list[str]:
                               for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
              for r in rows]
     for v in verdicts:
-        count = "" if "measurement" in v.detail else f"{v.windows} measurement(s)"
+        count = "" if "measurement" in v.detail else f"{v.measurement_count} measurement(s)"
         facts = "; ".join(x for x in (v.detail, count, _noise(v),
                                       f"environment {v.environment}") if x)
         lines.append(f"    {v.metric}: {facts}")

@@ -4,6 +4,7 @@ The rule: modules here import :mod:`pytest_distperf.records`, the result types
 (:mod:`pytest_distperf.fixtures.results`), :mod:`pytest_distperf.config` and
 :mod:`pytest_distperf.common`, and neither torch nor pytest; they work on records and
 files, so they test fast and run anywhere.
+docs/verdict-rule.md states the verdict rule; each of its sentences names the code here.
 
 * :mod:`~pytest_distperf.verdict.thresholds`: the limits (defaults, ini, baseline file,
   marker) and the breach check;
@@ -12,7 +13,10 @@ files, so they test fast and run anywhere.
   arithmetic;
 * :mod:`~pytest_distperf.verdict.noise`: the noise probe (host steal, other processes' load,
   the ranks' CPU wait);
+* :mod:`~pytest_distperf.verdict.measurements`: one metric's measurements, pooled and split;
+* :mod:`~pytest_distperf.verdict.readings`: a time's change with the host's speed taken out;
 * :mod:`~pytest_distperf.verdict.rule`: one metric's measurements against its baseline;
+* :mod:`~pytest_distperf.verdict.explain`: every sentence a verdict says;
 * :mod:`~pytest_distperf.verdict.judgement`: one test's verdicts, compared or saved, and the
   re-measure loop.
 """
@@ -34,50 +38,36 @@ _EXPORTS = {
     "SAVED": "pytest_distperf.records",
     "UNCHANGED": "pytest_distperf.records",
     "VERDICT_ORDER": "pytest_distperf.records",
+    "Measured": "pytest_distperf.records",
+    "Samples": "pytest_distperf.records",
     # judgement
+    "MAX_ROUNDS": "pytest_distperf.verdict.judgement",
     "Comparison": "pytest_distperf.verdict.judgement",
     "Judgement": "pytest_distperf.verdict.judgement",
     "Save": "pytest_distperf.verdict.judgement",
     "make_judgement": "pytest_distperf.verdict.judgement",
     "settle": "pytest_distperf.verdict.judgement",
+    # measurements
+    "has_memory_control": "pytest_distperf.verdict.measurements",
+    "measured_of": "pytest_distperf.verdict.measurements",
+    "pooled": "pytest_distperf.verdict.measurements",
     # noise
     "NoiseFigures": "pytest_distperf.verdict.noise",
+    # readings
+    "Reading": "pytest_distperf.verdict.readings",
+    "control_slope": "pytest_distperf.verdict.readings",
+    "memory_slope": "pytest_distperf.verdict.readings",
+    "without_outliers": "pytest_distperf.verdict.readings",
     # rule
-    "ALPHA": "pytest_distperf.verdict.rule",
-    "CONFIRM_PAUSES_S": "pytest_distperf.verdict.rule",
-    "CONFIRM_ROUNDS": "pytest_distperf.verdict.rule",
-    "CONFIRMATIONS": "pytest_distperf.verdict.rule",
-    "CONTROL_PAUSE_S": "pytest_distperf.verdict.rule",
-    "CONTROL_IMPROVEMENT_WINDOWS": "pytest_distperf.verdict.rule",
-    "CONTROL_SCREEN_FRACTION": "pytest_distperf.verdict.rule",
-    "SLOPE_ERROR": "pytest_distperf.verdict.rule",
-    "BETWEEN_SLOPE": "pytest_distperf.verdict.rule",
-    "SPREAD_LIMIT": "pytest_distperf.verdict.rule",
-    "SPREAD_RATIO": "pytest_distperf.verdict.rule",
-    "CONTROL_WINDOWS": "pytest_distperf.verdict.rule",
-    "DECISION_FRACTION": "pytest_distperf.verdict.rule",
-    "MAX_ROUNDS": "pytest_distperf.verdict.rule",
-    "NOISY_BACKOFF_S": "pytest_distperf.verdict.rule",
-    "OUTLIER_FACTOR": "pytest_distperf.verdict.rule",
-    "MEMORY_SLOPE_MAX": "pytest_distperf.verdict.rule",
-    "memory_slope": "pytest_distperf.verdict.rule",
-    "has_memory_control": "pytest_distperf.verdict.rule",
-    "SAVE_CONTROL_WINDOWS": "pytest_distperf.verdict.rule",
-    "SAVE_MAX_WINDOWS": "pytest_distperf.verdict.rule",
-    "SAVE_PAUSE_S": "pytest_distperf.verdict.rule",
-    "SAVE_WINDOWS": "pytest_distperf.verdict.rule",
     "Assessment": "pytest_distperf.verdict.rule",
-    "Window": "pytest_distperf.verdict.rule",
+    "Decision": "pytest_distperf.verdict.rule",
     "assess": "pytest_distperf.verdict.rule",
-    "control_slope": "pytest_distperf.verdict.rule",
     "controlled": "pytest_distperf.verdict.rule",
     "decide": "pytest_distperf.verdict.rule",
     "decide_exact": "pytest_distperf.verdict.rule",
     "noise_reasons": "pytest_distperf.verdict.rule",
     "spread_limit": "pytest_distperf.verdict.rule",
-    "without_outliers": "pytest_distperf.verdict.rule",
     # stats
-    "EXACT_PAIRS": "pytest_distperf.verdict.stats",
     "estimate": "pytest_distperf.verdict.stats",
     "mann_whitney_greater": "pytest_distperf.verdict.stats",
     "spread": "pytest_distperf.verdict.stats",
@@ -100,35 +90,14 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "ALPHA",
-    "BETWEEN_SLOPE",
-    "CONFIRMATIONS",
-    "CONFIRM_PAUSES_S",
-    "CONFIRM_ROUNDS",
-    "CONTROL_IMPROVEMENT_WINDOWS",
-    "CONTROL_PAUSE_S",
-    "CONTROL_SCREEN_FRACTION",
-    "CONTROL_WINDOWS",
-    "DECISION_FRACTION",
-    "EXACT_PAIRS",
     "IMPROVED",
     "INCONCLUSIVE",
     "MAX_ROUNDS",
-    "MEMORY_SLOPE_MAX",
-    "NOISY_BACKOFF_S",
     "NOT_COMPARABLE",
     "NO_BASELINE",
-    "OUTLIER_FACTOR",
     "REGRESSED",
     "SAVED",
-    "SAVE_CONTROL_WINDOWS",
-    "SAVE_MAX_WINDOWS",
-    "SAVE_PAUSE_S",
-    "SAVE_WINDOWS",
     "SCHEMA_VERSION",
-    "SLOPE_ERROR",
-    "SPREAD_LIMIT",
-    "SPREAD_RATIO",
     "UNCHANGED",
     "VERDICT_ORDER",
     "Assessment",
@@ -136,12 +105,15 @@ __all__ = [
     "BaselineFile",
     "Breach",
     "Comparison",
+    "Decision",
     "Judgement",
+    "Measured",
     "NoiseFigures",
+    "Reading",
+    "Samples",
     "Save",
     "SaveEntry",
     "StoredMetric",
-    "Window",
     "assess",
     "baseline_path",
     "check_thresholds",
@@ -155,8 +127,10 @@ __all__ = [
     "load",
     "make_judgement",
     "mann_whitney_greater",
+    "measured_of",
     "memory_slope",
     "noise_reasons",
+    "pooled",
     "resolve_thresholds",
     "same_environment",
     "save_test",

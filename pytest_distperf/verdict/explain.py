@@ -1,10 +1,19 @@
-"""Why a verdict came out as it did: what else changed in the same measurement.  Pure.
+"""The sentences a user reads: every verdict's detail, and what else changed in the same
+measurement.  Pure.
+
+A verdict's detail is one plain sentence (what changed, how sure, what to do), then, after
+``". "``, the figures behind it::
+
+    inconclusive: the host ran 26% slower than at the save, enough to hide a change this
+    size (+8.0%); rerun on a quieter runner or re-save. Readings: +8.0% at the fitted slope
+    (0.41), +1.2% in proportion (since the save: the host-speed control 26% slower); +8.0%
+    is within 0.5 x the host's change, what an error in the fitted slope could leave
 
 A measurement of ``ddp_step_timer`` stores, beside the metrics it is judged by, the exact
 collective counts of a step (``comm.<op>.calls``, ``comm.<op>.bytes``, ``comm.buckets``)
 and the step's compute (measured) and exposed communication time (informational).  When one
-of its metrics regresses (or improves, or cannot be told), the verdict carries the changes
-of the others, in words a person can act on::
+of its metrics regresses (or improves, or cannot be told), the verdict's ``explanation``
+carries the changes of the others, in words a person can act on::
 
     all_reduce calls/step 2 -> 18, bytes unchanged: smaller gradient buckets (bucket_cap_mb)?
     compute +14%, exposed communication unchanged
@@ -15,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pytest_distperf.config import format_bytes
 from pytest_distperf.records import (
@@ -24,11 +34,237 @@ from pytest_distperf.records import (
     REGRESSED,
     Verdict,
 )
+from pytest_distperf.verdict.readings import (
+    FITTED,
+    MEMORY,
+    MEMORY_IN_PROPORTION,
+    Reading,
+    outlier_limit,
+)
+from pytest_distperf.verdict.store import TIME_UNITS, StoredMetric
+
+if TYPE_CHECKING:
+    from pytest_distperf.verdict.readings import Detectable
+    from pytest_distperf.verdict.rule import Assessment
+
+#: The detail of a verdict that waits for another measurement (never a final one).
+AWAITING = "awaiting confirmation"
+_RESAVE = "re-save with --distperf-save"
+
+
+def pct(change: float | None) -> str:
+    """A relative change for a figure, to 0.1% ("?" for none; no "-0.0%")."""
+    return "?" if change is None else f"{round(change, 3) + 0.0:+.1%}"
+
+
+def _detail(sentence: str, *figures: str) -> str:
+    """The sentence, then the figures that are not empty."""
+    shown = [f for f in figures if f]
+    return sentence + (". " + "; ".join(shown) if shown else "")
+
+
+def _change_words(a: Assessment, unit: str) -> str:
+    """``20.0% slower`` (a time), ``16.7% lower`` (anything else), or the two figures where
+    there is no relative change."""
+    if a.change is None:
+        return f"{a.baseline:g} -> {a.current:g}"
+    more, less = ("slower", "faster") if unit in TIME_UNITS else ("higher", "lower")
+    return f"{abs(a.change):.1%} {more if a.change > 0 else less}"
+
+
+def _host_words(change: float) -> str:
+    return f"{abs(change):.0%} {'slower' if change > 0 else 'faster'}"
+
+
+def _host(a: Assessment) -> str:
+    """How the host moved since the save: by the compute control, or by the memory control
+    where that moved further."""
+    host = a.host_change or 0.0
+    memory = next((r.host_change for r in a.readings if r.name in (MEMORY,
+                                                                    MEMORY_IN_PROPORTION)), None)
+    if memory is not None and abs(memory) > abs(host):
+        return f"the host's memory ran {_host_words(memory)} than at the save"
+    return f"the host ran {_host_words(host)} than at the save"
+
+
+def _reading(r: Reading) -> str:
+    slope = f" ({r.slope:.2f})" if r.name in (FITTED, MEMORY) else ""
+    return f"{pct(r.change)} {r.name}{slope}"
+
+
+def _readings(a: Assessment) -> str:
+    """Every reading of a change with the control, and how the controls moved."""
+    if not a.readings:
+        return ""
+    controls = [f"the host-speed control {_host_words(a.host_change or 0.0)}"]
+    controls += [f"the memory control {_host_words(r.host_change)}" for r in a.readings
+                 if r.name in (MEMORY, MEMORY_IN_PROPORTION)]
+    return (f"Readings: {', '.join(_reading(r) for r in a.readings)} (since the save: "
+            f"{', '.join(controls)})")
+
+
+def _aside(a: Assessment, tolerance: float) -> str:
+    if not a.set_aside:
+        return ""
+    return (f"{a.set_aside} measurement(s) set aside: {outlier_limit(tolerance):.0%} or "
+            "more slower than another of this run relative to the host-speed control "
+            "(something the noise probe does not see)")
+
+
+def _noisy(a: Assessment) -> str:
+    if not a.noisy or not a.readings:
+        return ""
+    return f"none of the measurements was quiet, judged all the same ({'; '.join(a.noisy)})"
+
+
+def improved(a: Assessment, base: StoredMetric, measurements: int) -> str:
+    host = " with the host's speed taken out" if a.readings else ""
+    return _detail(f"improved: {_change_words(a, base.unit)} than the baseline{host}, in "
+                   f"{_count_of(measurements)}; {_RESAVE} to keep it", _readings(a))
+
+
+def _count_of(measurements: int) -> str:
+    return "its one measurement" if measurements == 1 else f"{measurements} measurements"
+
+
+def regressed(a: Assessment, base: StoredMetric, measurements: int,
+              tolerance: float = 0.0) -> str:
+    host = " with the host's speed taken out" if a.readings else ""
+    how = (f", confirmed by {measurements} measurements" if measurements > 1
+           else " in its one measurement (this metric cannot be measured again)")
+    return _detail(f"regressed: {_change_words(a, base.unit)} than the baseline{host}{how}; "
+                   f"find the change that caused it, or {_RESAVE} if it is intended",
+                   _readings(a), _aside(a, tolerance), _noisy(a))
+
+
+def too_noisy(reasons: Sequence[str]) -> str:
+    """Every measurement too noisy to judge (``reasons``: one per measurement)."""
+    tell = (f"too noisy to tell in all {len(reasons)} measurements" if len(reasons) > 1
+            else "too noisy to tell")
+    return _detail(f"inconclusive: {tell}; rerun on a quieter runner",
+                   f"Noise: {'; '.join(dict.fromkeys(reasons))}")
+
+
+def not_clear(a: Assessment, base: StoredMetric, p: float | None, alpha: float) -> str:
+    figure = f"Mann-Whitney p = {p:.3g} >= {alpha}" if p is not None else ""
+    return _detail(f"inconclusive: {_change_words(a, base.unit)} than the baseline, but not "
+                   "statistically clear; rerun to tell", figure, _readings(a), _noisy(a))
+
+
+def host_hides(a: Assessment, base: StoredMetric, slope_error: float) -> str:
+    """A change within what an error in the fitted slope could leave of the host's change."""
+    return _detail(f"inconclusive: {_host(a)}, enough to hide a change this size "
+                   f"({pct(a.change)}); rerun on a quieter runner or re-save",
+                   _readings(a), f"{pct(a.change)} is within {slope_error:g} x the host's "
+                   "change, what an error in the fitted slope could leave", _noisy(a))
+
+
+def readings_disagree(a: Assessment, base: StoredMetric) -> str:
+    """Past the line by some readings of the change, not by all."""
+    worst = max(a.readings, key=lambda r: r.worse)
+    moved = _change_words(dataclasses.replace(a, change=worst.change), base.unit)
+    return _detail(f"inconclusive: up to {moved} than the baseline, but {_host(a)} and part "
+                   "of the change may be the host's; rerun on a steadier runner or re-save",
+                   _readings(a), _noisy(a))
+
+
+def exact(verdict: str, baseline: float, current: float, exact_tolerance: float,
+          unit: str) -> str:
+    """An exact metric past its exact tolerance."""
+    moved = (f"{_count(baseline)} -> {_count(current)} {unit}".rstrip()
+             + f" ({current - baseline:+,.0f})")
+    do = ("find the change that caused it, or " + _RESAVE + " if it is intended"
+          if verdict == REGRESSED else _RESAVE + " if this is intended")
+    return (f"{verdict}: {moved}, past the exact tolerance of {exact_tolerance:,.0f}; {do}")
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.6g}"
+
+
+def spread_reason(spread: float, limit: float) -> str:
+    """Why a measurement's samples are too noisy."""
+    return f"sample spread {spread:.0%} > {limit:.0%}"
+
+
+def saved(count: int, *, pooled: bool, fraction: bool) -> str:
+    """How a save chose what it stores."""
+    if pooled:
+        return f"{count} measurement(s) pooled, with the host-speed control"
+    return f"median of {count} measurement(s)" if fraction else f"best of {count} measurement(s)"
+
+
+def saved_exact(seen: Sequence[float], count: int) -> str:
+    """An exact metric's save: deterministic, or not."""
+    if len(seen) == 1:
+        return "exact"
+    return (f"exact; NOT deterministic: {len(seen)} values in {count} measurements "
+            f"({', '.join(f'{v:g}' for v in seen)}); saved the first: raise exact_tolerance "
+            "or make the step deterministic")
+
+
+def saved_noisy(reasons: Sequence[str]) -> str:
+    return f"saved from a noisy measurement ({', '.join(reasons)}): re-save on a quieter machine"
+
+
+def detectable(d: Detectable | None, tolerance: float) -> str:
+    """What a save says of the changes its comparisons can tell ("" without a figure)."""
+    if d is None:
+        return ""
+    text = (f"its {d.measurements} measurements spread {d.spread:.1%}: a comparison tells "
+            f"a change of {d.change:.1%} or more {d.power:.0%} of the time (from the save "
+            "alone: what moves between runs adds to it)")
+    if d.change > tolerance:
+        text += (f"; more than the tolerance ({tolerance:.0%}): smaller changes will often "
+                 "go unseen here; widen the test's tolerance "
+                 "(`@pytest.mark.distperf(tolerance=...)`), or save on a quieter runner")
+    return text
+
+
+def not_a_number(value: float, doing: str) -> str:
+    return f"its value is not a finite number ({value}): not {doing}"
+
+
+def no_baseline_file() -> str:
+    return "no baseline file for this test module yet: run with --distperf-save to create it"
+
+
+def no_baseline_here() -> str:
+    return "no baseline for this test in this environment: run with --distperf-save"
+
+
+def other_environments(envs: Sequence[str]) -> str:
+    return (f"baselines exist only for other environments ({', '.join(envs)}); a baseline "
+            "from another environment is never compared")
+
+
+def environment_differs(differs: str) -> str:
+    return f"the stored environment differs: {differs}"
+
+
+def new_metric() -> str:
+    return "a new metric: no baseline for it yet"
+
+
+def changed_meaning(base: StoredMetric, unit: str, higher_is_better: bool) -> str:
+    return (f"the metric changed meaning (unit {base.unit!r} -> {unit!r}, higher_is_better "
+            f"{base.higher_is_better} -> {higher_is_better}): re-save")
+
+
+def informational() -> str:
+    return "informational: shown to explain the other verdicts, never a failure"
+
+
+def fresh_ranks(detail: str, remeasurements: int) -> str:
+    """``detail`` saying that its re-measurements ran on fresh ranks."""
+    return "; ".join(filter(None, (detail, f"{remeasurements} re-measurement(s) on fresh "
+                                           "ranks")))
+
 
 #: The verdicts that get an explanation.
 EXPLAINED = (REGRESSED, IMPROVED, INCONCLUSIVE)
 #: Bytes that move by less than this fraction (with more calls) are a small extra message.
-SMALL_EXTRA = 0.01
+_SMALL_EXTRA = 0.01
 _COMM = re.compile(r"comm\.(?P<op>.+)\.(?P<what>calls|bytes)(?:#\d+)?$")
 _BUCKETS = re.compile(r"comm\.buckets(?:#\d+)?$")
 _SUFFIX = re.compile(r"#\d+$")
@@ -130,7 +366,7 @@ def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
                 + ("more data per call (a larger model?)" if b1 > b0 else
                    "less data per call (a smaller model, or compression?)"))
     text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}, {size}"
-    if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < SMALL_EXTRA:
+    if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < _SMALL_EXTRA:
         text += (f": a small extra message per {where} (find_unused_parameters' "
                  "used-parameter map? a new all_reduce of a scalar?)" if op == "all_reduce"
                  else f": a small extra message per {where}")

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
 from pytest_distperf.records import (
     EXACT,
     INFO,
@@ -30,31 +31,20 @@ from pytest_distperf.records import (
     Metric,
     Verdict,
 )
-from pytest_distperf.verdict.explain import explain
+from pytest_distperf.verdict import explain
+from pytest_distperf.verdict.measurements import carries_control, measured_of, pooled
 from pytest_distperf.verdict.noise import NoiseFigures
-from pytest_distperf.verdict.parts import by_parts
+from pytest_distperf.verdict.readings import without_outliers
 from pytest_distperf.verdict.rule import (
-    CONFIRM_PAUSES_S,
-    CONTROL_PAUSE_S,
-    DETECTABLE_POWER,
-    MAX_ROUNDS,
-    NOISY_BACKOFF_S,
-    SAVE_CONTROL_WINDOWS,
-    SAVE_MAX_WINDOWS,
-    SAVE_PAUSE_S,
-    SAVE_WINDOWS,
-    Window,
+    MOST_MEASUREMENTS,
     assess,
-    carries_control,
     decide,
     decide_exact,
-    detectable_change,
+    detectable,
     make_verdict,
     noise_reasons,
-    pooled,
     representative,
     spread_limit,
-    without_outliers,
 )
 from pytest_distperf.verdict.stats import estimate, selection_figure, spread
 from pytest_distperf.verdict.store import (
@@ -68,11 +58,30 @@ from pytest_distperf.verdict.store import (
 #: What a re-measurement gives back: fresh metrics and the noise probe's figures.
 Remeasured = tuple[Sequence[Metric], NoiseFigures | None]
 
+#: Seconds before each confirming re-measurement without the control: growing, so that the
+#: four measurements of a regression span longer than the host's slow spells.
+_CONFIRM_PAUSES_S = (1.0, 2.0, 4.0)
+#: Seconds between measurements with the control: measurements spread over a few seconds
+#: average over the host's speed, which changes from one second to the next.
+_CONTROL_PAUSE_S = 1.0
+#: A saved baseline without the control is the best of this many measurements (a
+#: fraction: the median one), ...
+_SAVE_MEASUREMENTS = 4
+#: ... and of up to this many while the one it keeps is too noisy, ...
+_SAVE_MAX_MEASUREMENTS = 6
+#: ... this many seconds apart, ...
+_SAVE_PAUSE_S = 0.5
+#: ... or longer after a measurement that was too noisy (by round): another job's burst of
+#: work often ends within seconds.
+_NOISY_BACKOFF_S = (0.5, 1.0, 2.0)
+#: Re-measurement rounds of one test at most (confirmations, or a save's measurements).
+MAX_ROUNDS = max(MOST_MEASUREMENTS, _SAVE_MAX_MEASUREMENTS) + 1
+
 
 class Judgement:
     """What both paths share: the test's metrics, every measurement of each, and the loop's
     bookkeeping.  The caller loops: ``labels = j.wanted()``; re-measure each label;
-    ``j.add_window(...)``; until ``wanted()`` is empty; then ``verdicts()``.
+    ``j.add_measurement(...)``; until ``wanted()`` is empty; then ``verdicts()``.
 
     A metric is re-measured through the measurement that recorded it, by its label: the
     plugin gives every measurement of a test its own label and metric names
@@ -83,7 +92,7 @@ class Judgement:
                  first_noise: NoiseFigures | None, tolerance: float,
                  baseline: BaselineFile | None, test: str,
                  exact_tolerance: float = 0.0,
-                 save_measurements: int = SAVE_CONTROL_WINDOWS) -> None:
+                 save_measurements: int = DEFAULT_SAVE_MEASUREMENTS) -> None:
         metrics = [m for measurement in measurements for m in measurement.metrics]
         #: a metric whose value is not a finite number is neither compared nor saved
         self.unusable = {m.name: m for m in metrics if not math.isfinite(m.value)}
@@ -102,8 +111,8 @@ class Judgement:
         self.save_measurements = save_measurements
         self.file = baseline
         self.test = test
-        self.windows: dict[str, list[Window]] = {
-            m.name: [Window.of(m, first_noise)] for m in self.metrics.values()}
+        self.measured: dict[str, list[Measured]] = {
+            m.name: [measured_of(m, first_noise)] for m in self.metrics.values()}
         #: the test's baselines in this environment; None where the file has no entry
         self.stored = (baseline.metrics(test, self.env_id) if baseline is not None else None)
         #: per metric: its baseline here, or None and (verdict, detail) saying why there is none
@@ -132,47 +141,46 @@ class Judgement:
         """Seconds to wait before the next round of re-measurements (0: none is wanted)."""
         return max((self.delay(n) for n in self.metrics if self.wants_more(n)), default=0.0)
 
-    def add_window(self, label: str, metrics: Sequence[Metric],
-                   noise: NoiseFigures | None) -> None:
+    def add_measurement(self, label: str, metrics: Sequence[Metric],
+                        noise: NoiseFigures | None) -> None:
         for metric in metrics:
-            if metric.name in self.windows and self.labels[metric.name] == label:
-                self.windows[metric.name].append(Window.of(metric, noise))
+            if metric.name in self.measured and self.labels[metric.name] == label:
+                self.measured[metric.name].append(measured_of(metric, noise))
 
     # -- shared by both paths --------------------------------------------------------------
     def has_control(self, name: str) -> bool:
         metric = self.metrics[name]
-        return carries_control(metric.is_fraction, self.windows[name])
+        return carries_control(metric.is_fraction, self.measured[name])
 
-    def noise_of(self, name: str, window: Window) -> list[str]:
+    def noise_of(self, name: str, m: Measured) -> list[str]:
         """Why a measurement is too noisy to keep (empty: it is quiet enough), its spread
         judged against the metric's other measurements in this run
-        (:func:`~.rule.spread_limit`)."""
+        (:func:`~.rule.spread_limit`; with the control, against the bare 5% quantile)."""
         metric = self.metrics[name]
-        limit = spread_limit([w.samples for w in self.windows[name]], metric.higher_is_better,
-                             metric.is_fraction)
-        return noise_reasons(window, metric.higher_is_better, metric.is_fraction, limit)
+        floor = not self.has_control(name)
+        limit = spread_limit([x.samples.values for x in self.measured[name]],
+                             metric.higher_is_better, metric.is_fraction, floor=floor)
+        return noise_reasons(m, metric.higher_is_better, metric.is_fraction, limit,
+                             floor=floor)
 
-    def trusted(self, name: str, window: Window) -> bool:
-        return not self.noise_of(name, window)
+    def trusted(self, name: str, m: Measured) -> bool:
+        return not self.noise_of(name, m)
 
     def verdicts(self) -> list[Verdict]:
-        """One verdict per metric (the unusable ones first), a step time checked against its
-        compute (:func:`~pytest_distperf.verdict.parts.by_parts`), each explained by what
-        else changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
+        """One verdict per metric (the unusable ones first), each explained by what else
+        changed in its measurement (:func:`~pytest_distperf.verdict.explain.explain`)."""
         doing = "saved" if isinstance(self, Save) else "compared"
         out = [make_verdict(m, NOT_COMPARABLE, self.env_id, None, tolerance=self.tolerance,
-                            windows=1,
-                            detail=f"its value is not a finite number ({m.value}): not {doing}")
+                            measurement_count=1, detail=explain.not_a_number(m.value, doing))
                for m in self.unusable.values()]
         out += [self._with_measurements(self.verdict(name)) for name in self.metrics]
         gone = self.vanished()
         labels = {**self.labels, **{v.metric: label for v, label in gone}}
-        out = by_parts(out + [v for v, _ in gone], labels, self.tolerance)
-        out = [dataclasses.replace(v, detail="; ".join(filter(None, (
-                   v.detail, f"{v.windows - 1} re-measurement(s) on fresh ranks"))))
-               if v.windows > 1 and labels.get(v.metric) in self.fresh_labels else v
-               for v in out]
-        return explain(out, labels, self.tolerance)
+        out = [dataclasses.replace(v, detail=explain.fresh_ranks(v.detail,
+                                                                 v.measurement_count - 1))
+               if v.measurement_count > 1 and labels.get(v.metric) in self.fresh_labels
+               else v for v in out + [v for v, _ in gone]]
+        return explain.explain(out, labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError
@@ -182,9 +190,7 @@ class Judgement:
         run, a measured metric's (an exact or informational one has nothing to re-judge)."""
         if self.metrics[v.metric].kind != MEASURED:
             return v
-        return dataclasses.replace(v, measurements=tuple(
-            Measured(w.samples, w.control, *_figures(w.noise), memory_control=w.memory_control)
-            for w in self.windows[v.metric]))
+        return dataclasses.replace(v, measurements=tuple(self.measured[v.metric]))
 
     def vanished(self) -> list[tuple[Verdict, str]]:
         """(verdict, the label of its measurement) of the exact metrics the baseline has and
@@ -204,33 +210,28 @@ class Judgement:
     def _lookup(self, name: str) -> tuple[StoredMetric | None, tuple[str, str]]:
         metric = self.metrics[name]
         if self.file is None:
-            return None, (NO_BASELINE, "no baseline file for this test module yet: run with "
-                                       "--distperf-save to create it")
+            return None, (NO_BASELINE, explain.no_baseline_file())
         stored = self.stored
         if stored is None:
             others = self.file.test_environments(self.test)
             if others:
-                return None, (NOT_COMPARABLE, (
-                    f"baselines exist only for other environments ({', '.join(others)}); "
-                    "a baseline from another environment is never compared"))
-            return None, (NO_BASELINE, "no baseline for this test in this environment: run "
-                                       "with --distperf-save")
+                return None, (NOT_COMPARABLE, explain.other_environments(others))
+            return None, (NO_BASELINE, explain.no_baseline_here())
         differs = same_environment(self.file.environments().get(self.env_id, {}), self.env)
         if differs:
-            return None, (NOT_COMPARABLE, f"the stored environment differs: {differs}")
+            return None, (NOT_COMPARABLE, explain.environment_differs(differs))
         base = stored.get(name)
         if base is None and metric.kind == EXACT and any(
                 exact_family(n) == exact_family(name) and m.kind == EXACT
                 for n, m in stored.items()):
             # a collective the baseline's step did not issue: it issued 0 of them
-            return StoredMetric(metric.unit, metric.higher_is_better, 0.0, kind=EXACT), ("", "")
+            return StoredMetric(metric.unit, metric.higher_is_better, Measured(0.0),
+                                EXACT), ("", "")
         if base is None:
-            return None, (NO_BASELINE, "a new metric: no baseline for it yet")
+            return None, (NO_BASELINE, explain.new_metric())
         if base.unit != metric.unit or base.higher_is_better != metric.higher_is_better:
-            return None, (NOT_COMPARABLE, (
-                f"the metric changed meaning (unit {base.unit!r} -> {metric.unit!r}, "
-                f"higher_is_better {base.higher_is_better} -> {metric.higher_is_better}): "
-                "re-save"))
+            return None, (NOT_COMPARABLE, explain.changed_meaning(base, metric.unit,
+                                                                  metric.higher_is_better))
         return base, ("", "")
 
 
@@ -241,7 +242,7 @@ class Comparison(Judgement):
         base = self.base[name][0]
         if not self.can_confirm(name) or base is None:
             return False
-        return decide(base, self.windows[name], self.tolerance, can_confirm=True)[3]
+        return decide(base, self.measured[name], self.tolerance, can_confirm=True).more
 
     def vanished(self) -> list[tuple[Verdict, str]]:
         out = []
@@ -252,41 +253,40 @@ class Comparison(Judgement):
             if not label:
                 continue
             metric = Metric(name, 0.0, base.unit, base.higher_is_better, kind=EXACT)
-            verdict, a, detail = decide_exact(base, Window(0.0), self.exact_tolerance)
+            verdict, a, detail = decide_exact(base, Measured(0.0), self.exact_tolerance)
             out.append((make_verdict(metric, verdict, self.env_id, a,
-                                     tolerance=self.tolerance, windows=1, detail=detail),
-                        label))
+                                     tolerance=self.tolerance, measurement_count=1,
+                                     detail=detail), label))
         return out
 
     def delay(self, name: str) -> float:
         if self.has_control(name):
-            return CONTROL_PAUSE_S
-        done = len(self.windows[name]) - 1  # re-measurements so far
-        return CONFIRM_PAUSES_S[min(done, len(CONFIRM_PAUSES_S) - 1)]
+            return _CONTROL_PAUSE_S
+        done = len(self.measured[name]) - 1  # re-measurements so far
+        return _CONFIRM_PAUSES_S[min(done, len(_CONFIRM_PAUSES_S) - 1)]
 
     def verdict(self, name: str) -> Verdict:
         metric = self.metrics[name]
-        windows = len(self.windows[name])
+        count = len(self.measured[name])
         base, (verdict, detail) = self.base[name]
         if base is None:
             return make_verdict(metric, verdict, self.env_id, None, tolerance=self.tolerance,
-                                windows=windows, detail=detail)
+                                measurement_count=count, detail=detail)
         if metric.kind == EXACT:
-            verdict, chosen, detail = decide_exact(base, self.windows[name][0],
+            verdict, chosen, detail = decide_exact(base, self.measured[name][0],
                                                    self.exact_tolerance)
             return make_verdict(metric, verdict, self.env_id, chosen,
-                                tolerance=self.tolerance, windows=1, detail=detail)
+                                tolerance=self.tolerance, measurement_count=1, detail=detail)
         if metric.kind == INFORMATIONAL:
-            best = min((assess(base, w, self.tolerance) for w in self.windows[name]),
+            best = min((assess(base, m, self.tolerance) for m in self.measured[name]),
                        key=lambda a: a.worse)
             return make_verdict(metric, INFO, self.env_id, best, tolerance=self.tolerance,
-                                windows=windows,
-                                detail="informational: shown to explain the other verdicts, "
-                                       "never a failure")
-        verdict, chosen, detail, _ = decide(base, self.windows[name], self.tolerance,
-                                            can_confirm=self.can_confirm(name))
-        return make_verdict(metric, verdict, self.env_id, chosen, tolerance=self.tolerance,
-                            windows=windows, detail=detail)
+                                measurement_count=count, detail=explain.informational())
+        decision = decide(base, self.measured[name], self.tolerance,
+                          can_confirm=self.can_confirm(name))
+        return make_verdict(metric, decision.verdict, self.env_id, decision.assessment,
+                            tolerance=self.tolerance, measurement_count=count,
+                            detail=decision.detail)
 
 
 class Save(Judgement):
@@ -296,129 +296,96 @@ class Save(Judgement):
     def wants_more(self, name: str) -> bool:
         if not self.can_confirm(name):
             return False
-        count = len(self.windows[name])
-        if count < (self.save_measurements if self.has_control(name) else SAVE_WINDOWS):
+        count = len(self.measured[name])
+        if count < (self.save_measurements if self.has_control(name) else _SAVE_MEASUREMENTS):
             return True
-        return count < SAVE_MAX_WINDOWS and not self.trusted(name, self._kept_window(name))
+        return count < _SAVE_MAX_MEASUREMENTS and not self.trusted(name, self._kept(name))
 
     def delay(self, name: str) -> float:
-        delay = CONTROL_PAUSE_S if self.has_control(name) else SAVE_PAUSE_S
-        if not self.trusted(name, self.windows[name][-1]):
-            done = len(self.windows[name]) - 1
-            delay = max(delay, NOISY_BACKOFF_S[min(done, len(NOISY_BACKOFF_S) - 1)])
+        delay = _CONTROL_PAUSE_S if self.has_control(name) else _SAVE_PAUSE_S
+        if not self.trusted(name, self.measured[name][-1]):
+            done = len(self.measured[name]) - 1
+            delay = max(delay, _NOISY_BACKOFF_S[min(done, len(_NOISY_BACKOFF_S) - 1)])
         return delay
 
-    def _kept_window(self, name: str) -> Window:
+    def _kept(self, name: str) -> Measured:
         """The measurement to store: the one whose better half is best (its median), not the
         one with the best few samples, which may be a slow spell with a fast moment in it:
         its better half would be slower than most clean runs, and no test could tell.
 
         A fraction (``comm_overhead``, ``imbalance``: a ratio of two noisy times) has no
         good side, so it keeps its median measurement instead (the lower middle one of an
-        even count, in the better direction): kept at its best of four, the baseline sat at
-        the low end of its own spread, and clean runs read ``comm_overhead`` 36% higher at
-        the median (benchmarks/ddp_verdicts.md, R19c)."""
+        even count, in the better direction): kept at its best, the baseline would sit at
+        the low end of its own spread, below most clean runs."""
         metric = self.metrics[name]
-        wins = self.windows[name]
         sign = -1.0 if metric.higher_is_better else 1.0
-        return representative(wins, lambda w: sign * selection_figure(
-            w.samples, w.value, metric.higher_is_better, metric.is_fraction),
+        return representative(self.measured[name], lambda m: sign * selection_figure(
+            m.samples.values, m.value, metric.higher_is_better, metric.is_fraction),
             metric.is_fraction)
 
-    def _save_window(self, name: str) -> Window:
+    def _stored(self, name: str) -> Measured:
         """What a save stores: an exact metric's first measurement; with a host-speed
         control, the quiet measurements pooled (all of them when none is quiet: the
         comparison pools too); otherwise the best one (a fraction: the median one)."""
         if self.metrics[name].kind == EXACT:
-            return self.windows[name][0]
+            return self.measured[name][0]
         if not self.has_control(name):
-            return self._kept_window(name)
-        wins = self.windows[name]
-        quiet = [w for w in wins if self.trusted(name, w)]
-        # a measurement slowed alone is left out, as a compare run leaves it out
-        # (rule.OUTLIER_FACTOR): a baseline half in a gloo slow regime reads every later
-        # run in the fast one as an improvement, and a 10% slowdown as none (R57)
+            return self._kept(name)
+        every = self.measured[name]
+        quiet = [m for m in every if self.trusted(name, m)]
+        # a measurement slowed alone is left out, as a compare run leaves it out: a
+        # baseline half in a slow spell reads every later run as an improvement
         quiet = without_outliers(quiet, self.tolerance,
                                  higher_is_better=self.metrics[name].higher_is_better)
-        return pooled(quiet or wins)
+        return pooled(quiet or every)
 
-    def _to_store(self, name: str, window: Window) -> StoredMetric:
+    def _to_store(self, name: str, m: Measured) -> StoredMetric:
         metric = self.metrics[name]
-        return StoredMetric(unit=metric.unit, higher_is_better=metric.higher_is_better,
-                            value=window.value, samples=window.samples,
-                            steal=window.noise.steal if window.noise else None,
-                            wait=window.noise.wait if window.noise else None,
-                            other_load=window.noise.other_load if window.noise else None,
-                            control=window.control,
-                            measurements=window.sizes if window.control else (),
-                            kind=metric.kind,
-                            memory_control=window.memory_control)
+        return StoredMetric(metric.unit, metric.higher_is_better, m, metric.kind)
 
     def verdict(self, name: str) -> Verdict:
         metric = self.metrics[name]
-        window = self._save_window(name)
-        new = self._to_store(name, window)
-        noisy = self.noise_of(name, window)
-        count = len(self.windows[name])
-        detail = (f"{count} measurement(s) pooled, with the host-speed control"
-                  if new.control else f"median of {count} measurement(s)"
-                  if metric.is_fraction else f"best of {count} measurement(s)")
+        m = self._stored(name)
+        new = self._to_store(name, m)
+        count = len(self.measured[name])
+        detail = explain.saved(count, pooled=bool(m.samples.control) and self.has_control(name),
+                               fraction=metric.is_fraction)
         if metric.kind == EXACT:
-            seen = sorted({w.value for w in self.windows[name]})
-            detail = "exact" + ("" if len(seen) == 1 else (
-                f"; NOT deterministic: {len(seen)} values in {count} measurements "
-                f"({', '.join(f'{v:g}' for v in seen)}); saved the first: raise "
-                "exact_tolerance or make the step deterministic"))
-        if metric.kind == MEASURED:  # "" without the control or 3 measurements
-            detail += detectable_detail(new, self.tolerance)
-        if noisy:
-            detail += (f"; saved from a noisy measurement ({', '.join(noisy)}): re-save on a "
-                       "quieter machine")
-        current = estimate(new.samples, new.value, new.higher_is_better, new.is_fraction)
+            detail = explain.saved_exact(sorted({x.value for x in self.measured[name]}), count)
+        # what its comparisons can tell (None without the control or 3 measurements)
+        told = detectable(new) if metric.kind == MEASURED else None
+        noisy = self.noise_of(name, m)
+        detail = "; ".join(filter(None, (
+            detail, explain.detectable(told, self.tolerance),
+            explain.saved_noisy(noisy) if noisy else "")))
+        values = new.samples.values
+        current = estimate(values, new.value, new.higher_is_better, new.is_fraction)
         previous = change = None
         base = self.base[name][0]
         if base is not None:
-            previous = estimate(base.samples, base.value, base.higher_is_better,
+            previous = estimate(base.samples.values, base.value, base.higher_is_better,
                                 base.is_fraction)
             change = (current - previous) / abs(previous) if previous else None
         return Verdict(metric=name, verdict=SAVED, environment=self.env_id, unit=metric.unit,
                        higher_is_better=metric.higher_is_better, baseline=previous,
                        current=current, change=change, tolerance=self.tolerance,
-                       windows=count,
-                       steal=window.noise.steal if window.noise else None,
-                       wait=window.noise.wait if window.noise else None,
-                       other_load=window.noise.other_load if window.noise else None,
-                       spread=spread(window.samples, new.higher_is_better, new.is_fraction),
+                       measurement_count=count, steal=m.steal, wait=m.wait,
+                       other_load=m.other_load,
+                       spread=spread(values, new.higher_is_better, new.is_fraction,
+                                     floor=not self.has_control(name)),
                        detail=detail)
 
     def save_entries(self) -> list[SaveEntry]:
-        """What every metric stores (:meth:`_save_window`), for this environment."""
-        return [SaveEntry(self.env, {name: self._to_store(name, self._save_window(name))
+        """What every metric stores (:meth:`_stored`), for this environment."""
+        return [SaveEntry(self.env, {name: self._to_store(name, self._stored(name))
                                      for name in self.metrics})]
-
-
-def detectable_detail(base: StoredMetric, tolerance: float) -> str:
-    """What a save's detail says of the changes its comparisons can tell
-    (:func:`~.rule.detectable_change`), and, where that is more than the tolerance, what to
-    do about it; "" with fewer than 3 measurements."""
-    d = detectable_change(base)
-    if d is None:
-        return ""
-    text = (f"; its {d.measurements} measurements spread {d.spread:.1%}: a comparison tells "
-            f"a change of {d.change:.1%} or more {DETECTABLE_POWER:.0%} of the time (from the "
-            "save alone: what moves between runs adds to it)")
-    if d.change > tolerance:
-        text += (f"; more than the tolerance ({tolerance:.0%}): smaller changes will often "
-                 "go unseen here; widen the test's tolerance "
-                 "(`@pytest.mark.distperf(tolerance=...)`), or save on a quieter runner")
-    return text
 
 
 def make_judgement(*, save: bool, measurements: Sequence[Measurement],
                    environment: Environment, first_noise: NoiseFigures | None,
                    tolerance: float, baseline: BaselineFile | None, test: str,
                    exact_tolerance: float = 0.0,
-                   save_measurements: int = SAVE_CONTROL_WINDOWS) -> Judgement:
+                   save_measurements: int = DEFAULT_SAVE_MEASUREMENTS) -> Judgement:
     """A :class:`Save` with ``--distperf-save``, else a :class:`Comparison`."""
     cls = Save if save else Comparison
     return cls(measurements=measurements, environment=environment, first_noise=first_noise,
@@ -467,11 +434,4 @@ def settle(judgement: Judgement | None, remeasure: Callable[[str], Remeasured], 
             for label in labels:
                 fresh, figures = remeasure(label)
                 if judgement is not None:
-                    judgement.add_window(label, fresh, figures)
-
-
-def _figures(noise: NoiseFigures | None) -> tuple[float | None, float | None, float | None]:
-    """(steal, wait, other load) of a measurement, for its record."""
-    if noise is None:
-        return None, None, None
-    return noise.steal, noise.wait, noise.other_load
+                    judgement.add_measurement(label, fresh, figures)

@@ -1,32 +1,28 @@
 """The noise probe: how much CPU the measured processes were denied while they were measured.
 
-Three figures per measurement window, all read from Linux's ``/proc`` (no torch, no pytest):
+Three figures per measurement, all read from Linux's ``/proc`` (no torch, no pytest):
 
-* **host steal**: the share of all CPU time in the window that the hypervisor gave to other
-  guests (the ``steal`` column of the ``cpu`` line of ``/proc/stat``).  Cloud CI runners lose
-  5-15% this way at idle and more under load;
+* **host steal**: the share of all CPU time during the measurement that the hypervisor gave
+  to other guests (the ``steal`` column of the ``cpu`` line of ``/proc/stat``).  Cloud CI
+  runners lose 5-15% this way at idle and more under load;
 * **CPU wait**: per measured process (the ranks), the time its threads were ready to run but
   waited for a CPU (the second field of ``/proc/<pid>/task/<tid>/schedstat``), per second of
-  the window.  Other jobs on the same machine show up here: on a 2-core machine where another
-  process keeps one core busy, the ranks wait about half of the time and every timing doubles,
-  even the fastest one.  But the ranks also wait for *each other*: gloo's worker threads and
-  the ranks of a collective share the cores, so on a 2-core runner the ranks of an idle
-  machine wait 0.45-0.65 s/s in any collective.  The wait alone cannot tell a neighbour from
-  the measurement itself;
+  the measurement.  Other jobs on the same machine show up here: on a 2-core machine where
+  another process keeps one core busy, the ranks wait about half of the time and every
+  timing doubles, even the fastest one.  But the ranks also wait for *each other*: gloo's
+  worker threads and the ranks of a collective share the cores, so on a 2-core runner the
+  ranks of an idle machine wait 0.45-0.65 s/s in any collective.  The wait alone cannot
+  tell a neighbour from the measurement itself;
 * **other load**: the share of the machine's CPU time (all cores) that went to processes
   other than the measured ones and this one: the busy time of ``/proc/stat`` minus the
   ``utime + stime`` of the measured processes and of the controller (``/proc/<pid>/stat``).
   An idle machine reads 0 (within the tick accounting, about -0.07..+0.02 here); a
   neighbour that keeps one of 2 cores busy reads 0.3-0.5.
 
-A window is too noisy when the host steal is past its limit, or when other processes took
-more than ``OTHER_LOAD_LIMIT`` of the machine *and* the ranks waited for a CPU more than
-``WAIT_FLOOR`` (both: a neighbour on cores the ranks do not want, as on a 16-core runner
-with 2 ranks, costs them nothing, and ranks that wait only for each other are the
-measurement, not noise).  Where the other load cannot be read, the wait alone decides, with
-``WAIT_LIMIT``.
+A measurement is too noisy when other processes took more than ``_OTHER_LOAD_LIMIT`` of
+the machine while it ran; the host steal and the CPU wait are reported with it.
 
-Where a figure cannot be read (not Linux, no schedstat, a process born during the window) it
+Where a figure cannot be read (not Linux, no schedstat, a process born during the measurement) it
 is ``None``: unknown, never guessed.
 """
 
@@ -39,22 +35,10 @@ from collections.abc import Iterable
 
 from pytest_distperf.common import procs
 
-#: Above this host steal a window is too noisy to call a regression on.  Normal steal on
-#: shared runners is 5-15% (docs/background.md); a window must not be thrown away for that alone.
-STEAL_LIMIT = 0.20
-#: Where the other load cannot be read: above this CPU wait (seconds waited per second, per
-#: rank) a window is too noisy.  Ranks running CPU work alone wait 0.00-0.11 s/s here (their
-#: own helper threads and the controller share the cores), a busy neighbour pushes it to
-#: 0.3-0.9; but ranks in a gloo collective wait 0.45-0.65 for each other on 2 cores.
-WAIT_LIMIT = 0.25
-#: Above this share of the machine's CPU time used by other processes (with the ranks
-#: waiting for a CPU past ``WAIT_FLOOR``) a window is too noisy: a tenth of the machine.  An
-#: idle 2-core machine reads about 0; a neighbour busy 30% of the time reads 0.10-0.14 and
-#: costs a CPU-bound measurement about as much; one busy all the time reads 0.28-0.49.
-OTHER_LOAD_LIMIT = 0.10
-#: The ranks' CPU wait (s/s per rank) below which no neighbour is slowing them: sleeping or
-#: blocked ranks wait 0.00-0.01 however busy the machine is.
-WAIT_FLOOR = 0.05
+#: Above this share of the machine's CPU time used by other processes a measurement is too
+#: noisy: a tenth of the machine.  An idle 2-core machine reads about 0; a neighbour busy
+#: 30% of the time reads 0.10-0.14 and costs a CPU-bound measurement about as much.
+_OTHER_LOAD_LIMIT = 0.10
 
 _STEAL_COLUMN = 7  # user nice system idle iowait irq softirq steal guest guest_nice
 
@@ -73,7 +57,7 @@ class Snapshot:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NoiseFigures:
-    """What the probe saw during one window.  ``None``: could not be measured."""
+    """What the probe saw during one measurement.  ``None``: could not be measured."""
 
     seconds: float
     steal: float | None  # share of all CPU time stolen by the host, 0..1
@@ -81,23 +65,16 @@ class NoiseFigures:
     other_load: float | None = None  # share of all CPU time used by other processes, 0..1
 
     def too_noisy(self) -> list[str]:
-        """Why the window cannot be trusted (empty when it can).
+        """Why the measurement cannot be trusted (empty when it can).
 
-        A figure that could not be measured is no reason: the sample spread (judged by
+        An other load that could not be read is no reason: the sample spread (judged by
         :mod:`pytest_distperf.verdict.rule`) is then the only guard.
         """
-        reasons: list[str] = []
-        if self.steal is not None and self.steal > STEAL_LIMIT:
-            reasons.append(f"host steal {self.steal:.0%} > {STEAL_LIMIT:.0%}")
-        if self.other_load is None:
-            if self.wait is not None and self.wait > WAIT_LIMIT:
-                reasons.append(f"CPU wait {self.wait:.0%} > {WAIT_LIMIT:.0%}")
-        elif self.other_load > OTHER_LOAD_LIMIT and (self.wait is None
-                                                     or self.wait > WAIT_FLOOR):
-            waited = "" if self.wait is None else f", the ranks waiting {self.wait:.0%}"
-            reasons.append(f"other processes used {self.other_load:.0%} of the CPUs > "
-                           f"{OTHER_LOAD_LIMIT:.0%}{waited}")
-        return reasons
+        if self.other_load is None or not self.other_load > _OTHER_LOAD_LIMIT:
+            return []
+        waited = "" if self.wait is None else f", the ranks waiting {self.wait:.0%}"
+        return [f"other processes used {self.other_load:.0%} of the CPUs > "
+                f"{_OTHER_LOAD_LIMIT:.0%}{waited}"]
 
     def describe(self) -> str:
         steal = "?" if self.steal is None else f"{self.steal:.1%}"
@@ -183,9 +160,9 @@ def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False) -> Snapshot
 
 
 def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
-    """The share of the machine's CPU time in the window that processes other than the
+    """The share of the machine's CPU time during the measurement that processes other than the
     measured ones, this one and their descendants used; None when it cannot be read.  A
-    process of theirs born in the window counts from 0; one that ended in it is lost, and
+    process of theirs born during it counts from 0; one that ended in it is lost, and
     its CPU time reads as other load.  Clipped at 0 (tick accounting puts the difference a
     few percent either side of the truth)."""
     if (len(start.cpu) <= _STEAL_COLUMN or len(end.cpu) != len(start.cpu) or seconds <= 0
@@ -202,10 +179,10 @@ def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
 
 
 def between(start: Snapshot, end: Snapshot) -> NoiseFigures:
-    """The figures of the window from ``start`` to ``end``.
+    """The figures of the measurement from ``start`` to ``end``.
 
     CPU wait is averaged over the processes seen at both ends (a process that appeared in
-    between, such as a pool spawned during the window, has no starting figure and is left
+    between, such as a pool spawned during the measurement, has no starting figure and is left
     out; with none left the figure is unknown).
     """
     seconds = max(end.monotonic - start.monotonic, 0.0)

@@ -15,42 +15,47 @@ from pytest_distperf.common.quantiles import median_or_nan, quantile_or_nan
 
 #: Good-side quantile of the samples that a time is judged by (0.95 for higher-is-better):
 #: all but the minimum, so that one odd sample cannot decide.
-ESTIMATOR_QUANTILE = 0.05
+_ESTIMATOR_QUANTILE = 0.05
 #: Fewer samples than this (in either side's better half, for the test): the metric's value
 #: stands for them, and no test is made (point estimates and confirmation only).
 MIN_SAMPLES = 5
 #: Fractions (unit "fraction") must also move by this many absolute points.
-MIN_FRACTION_POINTS = 0.05
-#: A fraction's spread is relative to at least this: with the spread limit of 0.5
-#: (``rule.SPREAD_LIMIT``), a fraction near zero is too noisy when its median sits more than
-#: MIN_FRACTION_POINTS above its estimate, the smallest change that can count.
-FRACTION_SPREAD_FLOOR = 0.1
+_MIN_FRACTION_POINTS = 0.05
+#: A fraction's spread is relative to at least this: a fraction near zero is then too noisy
+#: only when its median sits well above its estimate, not for a relative spread of tiny
+#: figures.
+_FRACTION_SPREAD_FLOOR = 0.1
 #: Smallest absolute change that can count, by unit: microsecond noise never fails a build.
-MIN_ABS_DELTA = {"s": 5e-6, "ms": 5e-3, "us": 5.0, "ns": 5e3}
-#: ... against this quantile of each measurement's controls (its host-speed level).
-CONTROL_LEVEL_QUANTILE = 0.25
+_MIN_ABS_DELTA = {"s": 5e-6, "ms": 5e-3, "us": 5.0, "ns": 5e3}
+#: A measurement's host-speed level: this quantile of its controls (another process's time
+#: slice hits a few of them, a slower host all of them).
+_CONTROL_LEVEL_QUANTILE = 0.25
+#: Up to this many pairs without ties the Mann-Whitney p-value is exact: the normal
+#: approximation doubles the far tail at 5 vs 5 samples, where a significance level of 0.01
+#: sits.
+_EXACT_PAIRS = 2500
 
 
 def estimate(samples: Sequence[float], value: float, higher_is_better: bool,
-             fraction: bool) -> float:
+             fraction: bool, *, floor: bool = True) -> float:
     """The figure a metric is judged by.
 
     Times and bandwidths: the good-side quantile of the samples (noise only pushes one way),
-    :func:`estimator_quantile`.  Fractions, and metrics with fewer than ``MIN_SAMPLES``
-    samples: the metric's own value (a ratio of two noisy times has no good side).
+    with ``floor`` never past the second-best sample (:func:`estimator_quantile`).
+    Fractions, and metrics with fewer than ``MIN_SAMPLES`` samples: the metric's own value
+    (a ratio of two noisy times has no good side).
     """
     if fraction or len(samples) < MIN_SAMPLES:
         return float(value)
-    q = estimator_quantile(len(samples))
+    q = estimator_quantile(len(samples)) if floor else _ESTIMATOR_QUANTILE
     return quantile_or_nan(samples, 1.0 - q if higher_is_better else q)
 
 
 def estimator_quantile(n: int) -> float:
-    """The good-side quantile that judges ``n`` samples: ``ESTIMATOR_QUANTILE``, but never
-    below the second-best sample (1 / (n - 1)).  At 5-10 samples the 5% quantile gives the
-    best sample 80-55% of its weight, and one odd fast sample would decide; from 21
-    samples on the two agree."""
-    return max(ESTIMATOR_QUANTILE, 1.0 / (n - 1)) if n > 1 else ESTIMATOR_QUANTILE
+    """The good-side quantile that judges ``n`` samples: ``_ESTIMATOR_QUANTILE``, but never
+    below the second-best sample (1 / (n - 1)): at 5-10 samples the 5% quantile gives the
+    best sample 80-55% of its weight, and one odd fast sample would decide."""
+    return max(_ESTIMATOR_QUANTILE, 1.0 / (n - 1)) if n > 1 else _ESTIMATOR_QUANTILE
 
 
 def selection_figure(samples: Sequence[float], value: float, higher_is_better: bool,
@@ -63,18 +68,17 @@ def selection_figure(samples: Sequence[float], value: float, higher_is_better: b
     return quantile_or_nan(samples, q)
 
 
-def spread(samples: Sequence[float], higher_is_better: bool,
-           fraction: bool = False) -> float | None:
-    """How far the median sits from the estimate (:func:`estimate`: the 5% quantile of a
-    time, or its second-fastest sample under 21 samples), relative: (median - estimate) /
-    estimate for a time, the mirror for a rate.
-    A fraction is measured against ``FRACTION_SPREAD_FLOOR`` where its estimate is smaller
+def spread(samples: Sequence[float], higher_is_better: bool, fraction: bool = False, *,
+           floor: bool = True) -> float | None:
+    """How far the median sits from the estimate (:func:`estimate`, with or without its
+    ``floor``), relative: (median - estimate) / estimate for a time, the mirror for a rate.
+    A fraction is measured against ``_FRACTION_SPREAD_FLOOR`` where its estimate is smaller
     (a comm_overhead of 0.002 with a median of 0.02 is not 900% noisy).  None with too few
     samples."""
     if len(samples) < MIN_SAMPLES:
         return None
-    good = estimate(samples, 0.0, higher_is_better, False)
-    scale = max(abs(good), FRACTION_SPREAD_FLOOR) if fraction else abs(good)
+    good = estimate(samples, 0.0, higher_is_better, False, floor=floor)
+    scale = max(abs(good), _FRACTION_SPREAD_FLOOR) if fraction else abs(good)
     if scale == 0:
         return None
     return abs(median_or_nan(samples) - good) / scale
@@ -89,25 +93,10 @@ def good_half(samples: Sequence[float], higher_is_better: bool) -> list[float]:
 
 def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Ranks 1..n with ties averaged, and the sizes of the tie groups."""
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    ranks = np.empty(len(values), dtype=float)
-    ties = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        ties.append(j - i + 1)
-        i = j + 1
-    return ranks, np.asarray(ties, dtype=float)
-
-
-#: Up to this many pairs (len(x) * len(y)) without ties, the Mann-Whitney p-value is exact:
-#: the normal approximation is off by a factor of 2 and more in the far tail at 5 vs 5
-#: (exact 0.004 where it says 0.008), which is where ALPHA = 0.01 sits.
-EXACT_PAIRS = 2500
+    _, group, sizes = np.unique(values, return_inverse=True, return_counts=True)
+    first = np.cumsum(sizes) - sizes  # the 0-based position where each tie group starts
+    ranks = (first + (sizes - 1) / 2 + 1)[group]
+    return ranks.astype(float), sizes.astype(float)
 
 
 def _u_distribution(m: int, n: int) -> np.ndarray:
@@ -127,16 +116,18 @@ def _u_distribution(m: int, n: int) -> np.ndarray:
     return rows[n]
 
 
-def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
-    """One-sided p-value that ``x`` tends to be larger than ``y`` (Mann-Whitney U): exact
-    where there are no ties and at most ``EXACT_PAIRS`` pairs (the distribution of U,
-    counted), else the normal approximation with tie and continuity corrections."""
+def mann_whitney_greater(x: Sequence[float], y: Sequence[float], *,
+                         exact: bool = True) -> float:
+    """One-sided p-value that ``x`` tends to be larger than ``y`` (Mann-Whitney U): with
+    ``exact``, exact where there are no ties and at most ``_EXACT_PAIRS`` pairs (the
+    distribution of U, counted); else the normal approximation with tie and continuity
+    corrections."""
     nx, ny = len(x), len(y)
     if nx == 0 or ny == 0:
         return 1.0
     ranks, ties = _average_ranks(np.concatenate([np.asarray(x, float), np.asarray(y, float)]))
     u = float(ranks[:nx].sum()) - nx * (nx + 1) / 2
-    if nx * ny <= EXACT_PAIRS and not (ties > 1).any():
+    if exact and nx * ny <= _EXACT_PAIRS and not (ties > 1).any():
         counts = _u_distribution(nx, ny)
         return float(counts[round(u):].sum() / counts.sum())
     n = nx + ny
@@ -149,9 +140,10 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def min_abs_delta(unit: str) -> float:
+    """The smallest absolute change of a metric in ``unit`` that can count."""
     if unit == "fraction":
-        return MIN_FRACTION_POINTS
-    return MIN_ABS_DELTA.get(unit, 0.0)
+        return _MIN_FRACTION_POINTS
+    return _MIN_ABS_DELTA.get(unit, 0.0)
 
 
 def split_parts(samples: Sequence[float], control: Sequence[float],
@@ -171,10 +163,10 @@ def control_points(parts: Sequence[tuple[Sequence[float], Sequence[float]]]
                    ) -> list[tuple[float, float, Sequence[float]]]:
     """Per measurement: (log of its control level, log of its median time, its samples).
 
-    The control level is the ``CONTROL_LEVEL_QUANTILE`` of the measurement's controls: a
+    The control level is the ``_CONTROL_LEVEL_QUANTILE`` of the measurement's controls: a
     slower host slows all of them, while another process's time slice lands on a few, and
     a 2.5 ms control hit by a 3 ms slice would count double."""
-    return [(math.log(quantile_or_nan(c, CONTROL_LEVEL_QUANTILE)),
+    return [(math.log(quantile_or_nan(c, _CONTROL_LEVEL_QUANTILE)),
              math.log(median_or_nan(v)), v)
             for v, c in parts if len(v) and len(c)]
 

@@ -26,8 +26,8 @@ from typing import Any
 from pytest_distperf.common.files import write_atomically
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, is_number, shown
-from pytest_distperf.records import EXACT, METRIC_KINDS, Environment
-from pytest_distperf.verdict.stats import estimate, split_parts
+from pytest_distperf.records import EXACT, METRIC_KINDS, Environment, Measured, Samples
+from pytest_distperf.verdict.stats import estimate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -42,7 +42,7 @@ SCHEMA_VERSION = 1
 TIME_UNITS = ("s", "ms", "us", "ns")
 #: How deeply tables and arrays may nest in a baseline file (its layout needs 7 levels):
 #: far deeper ones could be read but not written back (the writer recurses).
-MAX_NESTING = 32
+_MAX_NESTING = 32
 #: Threshold keys an environment's ``thresholds`` table may hold.
 THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
 _ENV_FIELDS: tuple[tuple[str, type], ...] = (
@@ -110,30 +110,26 @@ def same_environment(stored: Mapping[str, Any], env: Environment) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredMetric:
-    """One metric's baseline: what the comparison needs (the rest of its table is for
-    reviewers and is recomputed from the samples)."""
+    """One metric's baseline: its unit, direction and kind, and the measurement it stores
+    (several pooled, with the host-speed control); the rest of its table is for reviewers
+    and is recomputed from the samples."""
 
     unit: str
     higher_is_better: bool
-    value: float
-    samples: tuple[float, ...] = ()
-    steal: float | None = None
-    wait: float | None = None
-    control: tuple[float, ...] = ()  # the host-speed control, one per sample, or ()
-    measurements: tuple[int, ...] = ()  # sizes of the pooled measurements (sum: len(samples))
+    measured: Measured
     kind: str = ""  # the metric's kind (records.METRIC_KINDS): "", "exact", "informational"
-    other_load: float | None = None
-    memory_control: tuple[float, ...] = ()  # the memory control, one per sample, or ()
 
     @property
     def is_fraction(self) -> bool:
         return self.unit == "fraction"
 
-    def parts(self, memory: bool = False) -> list[tuple[tuple[float, ...], tuple[float, ...]]]:
-        """(samples, control) of each pooled measurement (all of them as one without sizes);
-        ``memory``: with the memory control instead of the compute one."""
-        return split_parts(self.samples, self.memory_control if memory else self.control,
-                           self.measurements)
+    @property
+    def value(self) -> float:
+        return self.measured.value
+
+    @property
+    def samples(self) -> Samples:
+        return self.measured.samples
 
 
 def _round(value: float) -> float:
@@ -143,37 +139,38 @@ def _round(value: float) -> float:
 
 def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
     """The TOML table of one metric (keys in a fixed, readable order)."""
+    m, samples = metric.measured, metric.samples
     table: dict[str, Any] = {
         "unit": metric.unit,
         "higher_is_better": metric.higher_is_better,
-        "value": _round(metric.value),
+        "value": _round(m.value),
     }
     if metric.kind:
         table["kind"] = metric.kind
     if metric.kind == EXACT:  # a count, to the unit: not rounded, no samples, no noise
-        table["value"] = (int(metric.value) if float(metric.value).is_integer()
-                          else metric.value)
+        table["value"] = int(m.value) if float(m.value).is_integer() else m.value
         return table
-    if len(metric.samples) >= 1:
-        table["estimate"] = _round(estimate(metric.samples, metric.value,
-                                            metric.higher_is_better, metric.is_fraction))
-        table["median"] = _round(median_or_nan(metric.samples))
-        table["min"] = _round(min(metric.samples))
-        table["max"] = _round(max(metric.samples))
-        table["n"] = len(metric.samples)
-    if metric.steal is not None:
-        table["steal"] = round(metric.steal, 4)
-    if metric.wait is not None:
-        table["cpu_wait"] = round(metric.wait, 4)
-    if metric.other_load is not None:
-        table["other_load"] = round(metric.other_load, 4)
-    table["samples"] = [_round(v) for v in metric.samples]
-    if metric.control:
-        table["control"] = [_round(v) for v in metric.control]
-    if metric.memory_control:
-        table["memory_control"] = [_round(v) for v in metric.memory_control]
-    if len(metric.measurements) > 1:
-        table["measurements"] = list(metric.measurements)
+    values = samples.values
+    if len(values) >= 1:
+        table["estimate"] = _round(estimate(values, m.value, metric.higher_is_better,
+                                            metric.is_fraction))
+        table["median"] = _round(median_or_nan(values))
+        table["min"] = _round(min(values))
+        table["max"] = _round(max(values))
+        table["n"] = len(values)
+    if m.steal is not None:
+        table["steal"] = round(m.steal, 4)
+    if m.wait is not None:
+        table["cpu_wait"] = round(m.wait, 4)
+    if m.other_load is not None:
+        table["other_load"] = round(m.other_load, 4)
+    table["samples"] = [_round(v) for v in values]
+    if samples.control:
+        table["control"] = [_round(v) for v in samples.control]
+    if samples.memory_control:
+        table["memory_control"] = [_round(v) for v in samples.memory_control]
+    if len(samples.sizes) > 1:
+        table["measurements"] = list(samples.sizes)
     return table
 
 
@@ -199,19 +196,22 @@ class BaselineFile:
         entry = self.data.get("tests", {}).get(test, {}).get(env_id)
         if entry is None:
             return None
-        out = {}
-        for name, table in entry.get("metrics", {}).items():
-            out[name] = StoredMetric(
-                unit=table["unit"], higher_is_better=table["higher_is_better"],
-                value=float(table["value"]),
-                samples=tuple(float(v) for v in table.get("samples", ())),
-                steal=_opt_float(table.get("steal")), wait=_opt_float(table.get("cpu_wait")),
-                control=tuple(float(v) for v in table.get("control", ())),
-                measurements=tuple(int(v) for v in table.get("measurements", ())),
-                kind=str(table.get("kind", "")),
-                other_load=_opt_float(table.get("other_load")),
-                memory_control=tuple(float(v) for v in table.get("memory_control", ())))
-        return out
+        return {name: _stored_metric(table)
+                for name, table in entry.get("metrics", {}).items()}
+
+
+def _stored_metric(table: Mapping[str, Any]) -> StoredMetric:
+    """One metric's table of a validated file (:func:`stored_metric_table`'s keys)."""
+    def floats(key: str) -> tuple[float, ...]:
+        return tuple(float(v) for v in table.get(key, ()))
+
+    samples = Samples(floats("samples"), floats("control"), floats("memory_control"),
+                      tuple(int(v) for v in table.get("measurements", ())))
+    measured = Measured(float(table["value"]), samples, _opt_float(table.get("steal")),
+                        _opt_float(table.get("cpu_wait")),
+                        _opt_float(table.get("other_load")))
+    return StoredMetric(table["unit"], table["higher_is_better"], measured,
+                        str(table.get("kind", "")))
 
 
 def _opt_float(value: Any) -> float | None:
@@ -254,7 +254,7 @@ def parse(path: Path, raw: bytes) -> BaselineFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BaselineError(path, raw[: exc.start].count(b"\n") + 1, "not UTF-8 text") from None
-    too_deep = (f"nested too deeply to read (arrays or tables more than {MAX_NESTING} "
+    too_deep = (f"nested too deeply to read (arrays or tables more than {_MAX_NESTING} "
                 "levels inside each other)")
     long_key = _LONG_DOTTED_KEY.search(text)
     if long_key:  # refused before tomllib, which takes time quadratic in a key's parts
@@ -272,23 +272,23 @@ def parse(path: Path, raw: bytes) -> BaselineFile:
                             f"a number of more than {limit} digits") from None
     except RecursionError:
         raise BaselineError(path, None, too_deep) from None
-    if _nesting(data) > MAX_NESTING:
+    if _nesting(data) > _MAX_NESTING:
         raise BaselineError(path, None, too_deep)
     _validate(path, text, data)
     return BaselineFile(path, data)
 
 
-#: A key of more dotted parts than MAX_NESTING allows, at the start of a line or a header.
+#: A key of more dotted parts than _MAX_NESTING allows, at the start of a line or a header.
 _LONG_DOTTED_KEY = re.compile(
     r"""^[ \t]*\[*[ \t]*(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*)"""
-    rf"{{{MAX_NESTING},}}", re.MULTILINE)
+    rf"{{{_MAX_NESTING},}}", re.MULTILINE)
 
 
 def _nesting(data: Any) -> int:
     """How many levels of tables and arrays ``data`` has, counted without recursion (and
-    only up to one level past :data:`MAX_NESTING`)."""
+    only up to one level past :data:`_MAX_NESTING`)."""
     deepest, stack = 0, [(data, 1)]
-    while stack and deepest <= MAX_NESTING:
+    while stack and deepest <= _MAX_NESTING:
         node, depth = stack.pop()
         if isinstance(node, (dict, list)):
             deepest = max(deepest, depth)
@@ -319,6 +319,28 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
                    f"(this one reads version {SCHEMA_VERSION})",
                    "upgrade pytest-distperf; the file was left unchanged")
     envs = data.get("environments", {})
+    _validate_environments(fail, envs)
+    tests = data.get("tests", {})
+    if not isinstance(tests, dict):
+        raise fail(["tests"], "'tests' must be a table")
+    for test, per_env in tests.items():
+        if not isinstance(per_env, dict):
+            raise fail(["tests", test], f"test {test!r} must be a table of environments")
+        for env_id, entry in per_env.items():
+            where = [test, env_id]
+            if env_id not in envs:
+                raise fail(where, f"test {test!r} has results for environment {env_id!r}, "
+                                  "which is not described under [environments]")
+            metrics = entry.get("metrics") if isinstance(entry, dict) else None
+            if not isinstance(metrics, dict):
+                raise fail(where, f"test {test!r}, environment {env_id!r}: no metrics table")
+            for name, table in metrics.items():
+                label = " / ".join(k if k.isprintable() else repr(k) for k in (*where, name))
+                _validate_metric(fail, [*where, name], label, table)
+
+
+def _validate_environments(fail: Any, envs: Any) -> None:
+    """The ``environments`` table: each one's fields and ``thresholds``."""
     if not isinstance(envs, dict):
         raise fail(["environments"], "'environments' must be a table")
     for env_id, env in envs.items():
@@ -349,25 +371,6 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
                 raise fail(["environments", env_id, "thresholds", key],
                            f"environment {env_id!r}: tolerance is a fraction (0.10 means 10%), "
                            f"got {shown(value)}")
-    tests = data.get("tests", {})
-    if not isinstance(tests, dict):
-        raise fail(["tests"], "'tests' must be a table")
-    for test, per_env in tests.items():
-        if not isinstance(per_env, dict):
-            raise fail(["tests", test], f"test {test!r} must be a table of environments")
-        for env_id, entry in per_env.items():
-            where = [test, env_id]
-            if env_id not in envs:
-                raise fail(where, f"test {test!r} has results for environment {env_id!r}, "
-                                  "which is not described under [environments]")
-            metrics = entry.get("metrics") if isinstance(entry, dict) else None
-            if not isinstance(metrics, dict):
-                raise fail(where, f"test {test!r}, environment {env_id!r}: no metrics table")
-            for name, table in metrics.items():
-                label = " / ".join(k if k.isprintable() else repr(k) for k in (*where, name))
-                _validate_metric(fail, [*where, name], label, table)
-
-
 
 
 def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None:

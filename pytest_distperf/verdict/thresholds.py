@@ -18,12 +18,12 @@ from pytest_distperf.records import Metric
 #: Fewer per-step samples than this: a breach is judged on the value alone (the verdict's
 #: own minimum, ``stats.MIN_SAMPLES``; not imported: this module loads with the plugin,
 #: without numpy).
-MIN_SAMPLES = 5
+_MIN_SAMPLES = 5
 
 
 #: A breach is certain, whatever the noise, when even this good-side quantile of the
 #: metric's per-step samples is past the limit (the 25% quantile of a ``max_`` fraction).
-CERTAIN_QUANTILE = 0.25
+_CERTAIN_QUANTILE = 0.25
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ def check_thresholds(metrics: Iterable[Metric], limits: Mapping[str, float],
     """The breaches among ``metrics``.
 
     ``noisy``: the noise probe's reasons during the measurement (empty: it was quiet).  Then
-    a breach whose per-step samples' good side (``CERTAIN_QUANTILE`` of a ``max_`` metric,
+    a breach whose per-step samples' good side (``_CERTAIN_QUANTILE`` of a ``max_`` metric,
     its mirror for a ``min_`` one) is within the limit is *inconclusive*: another process
     can push a ratio of times either way, and the steps it did not touch say the limit
     holds.  A breach that holds in the good quarter of the steps stands whatever the noise.
@@ -76,8 +76,8 @@ def check_thresholds(metrics: Iterable[Metric], limits: Mapping[str, float],
             continue
         why = ""
         samples = [v for v in metric.samples if math.isfinite(v)]
-        if noisy and len(samples) >= MIN_SAMPLES:
-            q = CERTAIN_QUANTILE if metric.threshold.startswith("max_") else 1 - CERTAIN_QUANTILE
+        if noisy and len(samples) >= _MIN_SAMPLES:
+            q = _CERTAIN_QUANTILE if metric.threshold.startswith("max_") else 1 - _CERTAIN_QUANTILE
             good = quantile_or_nan(samples, q)
             if not _past(good, metric.threshold, limit):
                 why = (f"the noise probe saw {', '.join(noisy)}, and a quarter of the steps "
