@@ -40,7 +40,7 @@ so the slowdowns are not run for it.
 
 A communication change is *caught* when the run fails with an exact metric regressed; a
 slowdown when ``step_time_s`` or ``compute_time_s`` (the same step without gradient
-synchronisation, judged with it: pytest_distperf/verdict/parts.py) is regressed.  For every
+synchronisation, a metric of its own) is regressed.  For every
 run it records the verdict of every metric, the explanation of the first exact regression,
 and the wall time; the cost of the verdicts is a clean compare run's wall time against a run
 with no baseline file (the same measurements, nothing to compare or confirm).
@@ -293,7 +293,7 @@ def summarise(kind: str, run: dict[str, Any]) -> dict[str, Any]:
     first = exact[regressed[0]] if regressed else None
     step = verdicts.get("step_time_s", {})
     compute = verdicts.get("compute_time_s", {})
-    if kind in SLOWDOWNS:  # the step, or its compute (verdict/parts.py)
+    if kind in SLOWDOWNS:  # the step, or its compute
         caught = "regressed" in (step.get("verdict"), compute.get("verdict"))
     elif kind in COMM_SLOWDOWNS:  # the communication's share, or the step
         caught = "regressed" in (verdicts.get("comm_overhead", {}).get("verdict"),

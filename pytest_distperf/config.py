@@ -46,8 +46,8 @@ DEFAULT_TOLERANCE = 0.10
 DEFAULT_EXACT_TOLERANCE = 0.0
 
 #: Measurements a save pools for a metric with the host-speed control (twice the six a
-#: comparison takes at most: verdict/rule.py, SAVE_CONTROL_WINDOWS, has the evidence), and
-#: the most ``--distperf-save-measurements`` may ask for.
+#: comparison takes at most: every later comparison shares the baseline's error), and the
+#: most ``--distperf-save-measurements`` may ask for.
 DEFAULT_SAVE_MEASUREMENTS = 12
 MAX_SAVE_MEASUREMENTS = 50
 
