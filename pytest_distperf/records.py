@@ -405,10 +405,26 @@ class RankStep:
     memory_control_s: tuple[float, ...] = ()
     #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
     flops: int = 0
+    #: with a mesh, the collectives of the counted step by mesh dimension (exact)
+    mesh_comm: tuple[DimComm, ...] = ()
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted
     census: bytes = dataclasses.field(default=b"", repr=False,
                                       metadata={"transient": True})
+
+
+# -- 2-D and 3-D parallel training ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class DimComm:
+    """The collectives of one kind one rank issued in a counted step on the process group
+    of one mesh dimension (``other`` for a group outside the mesh:
+    :mod:`pytest_distperf.common.layout`); ``bytes`` as
+    :class:`~pytest_distperf.fixtures.results.steps.CommCount` has them."""
+
+    dim: str
+    op: str
+    calls: int
+    bytes: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

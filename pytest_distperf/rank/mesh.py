@@ -1,0 +1,165 @@
+"""``ddp_step_timer(mesh=...)``'s rank side: the ``DeviceMesh``, the model's parallelisation
+(the user's ``parallelize(model, mesh)``, or the built-in TP plan and FSDP2 on ``dp``), and
+the collectives of a step counted by mesh dimension (torch).
+
+The mesh's groups are made with ``new_group(..., use_local_synchronization=True)``: only
+the members of a group take part in making it, so a mesh on the first k ranks of the pool
+leaves the other ranks' group counters as they were, and each group is made once per rank
+process (cached by its ranks) however many tests use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_distperf.common.layout import OTHER_DIM, Layout
+from pytest_distperf.records import DimComm
+
+_GROUPS: dict[tuple[int, ...], Any] = {}
+_MESHES: dict[tuple[Layout, str, int], Any] = {}
+#: Namespaces of the dispatcher's collective ops: c10d's own (FSDP2, DDP, send/recv) and
+#: the functional ones DTensor issues.
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
+
+
+def device_mesh(layout: Layout, device_type: str) -> Any:
+    """The ``DeviceMesh`` of ``layout`` over the measured group (row-major, as
+    ``init_device_mesh`` lays it out), made once per rank process."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    key = (layout, device_type, world)
+    if key not in _MESHES:
+        shape = [size for _, size in layout]
+        ranks = torch.arange(world).reshape(shape)
+        groups = [_group(_row_of(ranks, d, rank)) for d in range(len(layout))]
+        _MESHES[key] = DeviceMesh.from_group(groups, device_type, mesh=ranks,
+                                             mesh_dim_names=tuple(n for n, _ in layout))
+    return _MESHES[key]
+
+
+def _row_of(ranks: Any, dim: int, rank: int) -> tuple[int, ...]:
+    """The ranks that share every coordinate with ``rank`` but the one on ``dim``."""
+    rows = ranks.movedim(dim, -1).reshape(-1, ranks.shape[dim]).tolist()
+    return tuple(next(row for row in rows if rank in row))
+
+
+def _group(ranks: tuple[int, ...]) -> Any:
+    """The process group of ``ranks``: the measured group itself when it is all of them."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    if list(ranks) == list(range(dist.get_world_size())):
+        return c10d._get_default_group()
+    if ranks not in _GROUPS:
+        _GROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
+    return _GROUPS[ranks]
+
+
+def dimension_of_groups(mesh: Any) -> dict[str, str]:
+    """Process group name -> the mesh dimension it runs along."""
+    names = mesh.mesh_dim_names or ()
+    return {mesh.get_group(name).group_name: name for name in names}
+
+
+def parallelized(model: Any, mesh: Any, parallelize: Callable[[Any, Any], Any] | None,
+                 tp_plan: Any, data_parallel: Callable[[Any, Any], Any]) -> Any:
+    """``parallelize(model, mesh)`` (the user's code, as torchtitan's ``parallelize_*``);
+    else the built-in conveniences: ``tp_plan`` on the ``tp`` dimension
+    (``parallelize_module``), then ``data_parallel(model, mesh["dp"])`` (FSDP2 or DDP)
+    where the mesh has a ``dp`` dimension."""
+    if parallelize is not None:
+        out = parallelize(model, mesh)
+        return model if out is None else out
+    if tp_plan is not None:
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        model = parallelize_module(model, mesh["tp"], tp_plan)
+    if "dp" in (mesh.mesh_dim_names or ()):
+        model = data_parallel(model, mesh["dp"])
+    return model
+
+
+def gradient_sync_switch(model: Any) -> tuple[Callable[[], Any], bool]:
+    """A context-manager factory that turns the data-parallel gradient synchronisation of
+    a parallelised model off (every FSDP2 module's, or DDP's ``no_sync``), and whether it
+    has any: a model without either synchronises nothing the switch could leave out."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return model.no_sync, True
+    sharded = [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+    @contextlib.contextmanager
+    def no_sync() -> Iterator[None]:
+        for m in sharded:
+            m.set_requires_gradient_sync(False, recurse=False)
+        try:
+            yield
+        finally:
+            for m in sharded:
+                m.set_requires_gradient_sync(True, recurse=False)
+
+    return no_sync, bool(sharded)
+
+
+def _message_bytes(value: Any) -> int:
+    """A buffer's bytes: a tensor's, or a list's of tensors together."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return int(value.numel() * value.element_size())
+    if isinstance(value, (list, tuple)):
+        return sum(_message_bytes(v) for v in value)
+    return 0
+
+
+def _group_name(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The process group a collective op runs on (its name), or None for an op without one
+    (``wait_tensor``)."""
+    import torch
+
+    for i, arg in enumerate(func._schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        if arg.name == "group_name" and isinstance(value, str):
+            return value
+        if isinstance(value, torch.ScriptObject) and "ProcessGroup" in str(arg.type):
+            return str(torch._C._distributed_c10d.ProcessGroup.unbox(value).group_name)
+    return None
+
+
+def comm_counter(groups: dict[str, str]) -> Any:
+    """A dispatch mode that counts every collective op by (mesh dimension, op name):
+    calls and message bytes (the largest buffer, nccl-tests' size).  Op names are the
+    dispatcher's (``_allgather_base_``, ``all_reduce``, ``send``); the controller makes
+    them canonical."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CommCounter(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: dict[tuple[str, str], tuple[int, int]] = {}
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func.namespace in COLLECTIVE_NAMESPACES:
+                group = _group_name(func, args, kwargs)
+                if group is not None:
+                    key = (groups.get(group, OTHER_DIM), func._opname)
+                    nbytes = max(_message_bytes(v) for v in (*args, out))
+                    calls, total = self.counts.get(key, (0, 0))
+                    self.counts[key] = (calls + 1, total + nbytes)
+            return out
+
+        def result(self) -> tuple[DimComm, ...]:
+            return tuple(DimComm(dim, op, calls, nbytes)
+                         for (dim, op), (calls, nbytes) in sorted(self.counts.items()))
+
+    return CommCounter()
