@@ -427,6 +427,37 @@ class DimComm:
     bytes: int
 
 
+#: One action of a pipeline stage in a step: (``forward``/``backward``/``weight``, stage
+#: index, microbatch, start, end), seconds after the step began.
+Chunk = tuple[str, int, int, float, float]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankPipeline:
+    """What one rank measured in ``ddp_step_timer.pipeline``: per timed step, seconds.
+    Every step starts at a barrier; ``schedule_s`` is the schedule's ``step()`` (the
+    pipeline's span on this rank), ``step_s`` that and the optimizer step; ``busy_s`` the
+    time the rank's stages computed (their forward and backward chunks) in it."""
+
+    rank: int
+    stages: tuple[int, ...]  # the stage indices this rank holds (several: interleaved)
+    blocks: tuple[int, ...]  # per stage, its repeated blocks (0: none found)
+    batch_size: int  # rows of the batch this rank's pipeline is fed per step
+    step_s: tuple[float, ...]
+    schedule_s: tuple[float, ...]
+    busy_s: tuple[float, ...]
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    chunks: tuple[Chunk, ...] = ()  # the last timed step's actions, in order
+    control_s: tuple[float, ...] = ()  # the host-speed control after each step (CPU)
+    memory_control_s: tuple[float, ...] = ()
+    peak_memory_bytes: int = 0
+    memory_source: str = ""
+    device: str = ""
+    flops: int = 0  # of one counted step on this rank (0: not counted)
+    mesh_comm: tuple[DimComm, ...] = ()  # of the counted step, by mesh dimension
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Bottleneck:
     """One finding of the analyzer: what limits the step, how badly, and what to do.

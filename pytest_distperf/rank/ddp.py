@@ -160,7 +160,7 @@ def build(spec: StepSpec) -> Built:
     set_phase("ddp_step_timer: building the batch")
     # with a mesh, the ranks of a TP or PP group share one batch: batch_fn(data-parallel index)
     which = data_index(spec.mesh, rank) if spec.mesh else rank
-    batch, batch_size = _prepare_batch(spec.batch_fn(which), device, rank, world,
+    batch, batch_size = prepare_batch(spec.batch_fn(which), device, rank, world,
                                        spec.split_batch)
     mesh = None
     if spec.mesh:
@@ -186,7 +186,7 @@ def build(spec: StepSpec) -> Built:
         optimizer = spec.optimizer_fn(wrapped)
     else:
         optimizer = spec.optimizer_fn(params)
-    loss_fn = spec.loss_fn or _default_loss
+    loss_fn = spec.loss_fn or default_loss
 
     def forward() -> Any:
         out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
@@ -198,20 +198,18 @@ def build(spec: StepSpec) -> Built:
 def _parallelize(model: Any, spec: StepSpec, device: Any) -> tuple[Any, Callable[[], Any], Any]:
     """The model parallelised over the mesh of ``spec.mesh``, the switch that turns its
     data-parallel gradient sync off, and the mesh."""
-    from pytest_distperf.rank.mesh import device_mesh, gradient_sync_switch, parallelized
+    from pytest_distperf.rank.mesh import (
+        builtin_data_parallel,
+        device_mesh,
+        gradient_sync_switch,
+        parallelized,
+    )
 
     set_phase(f"ddp_step_timer: building the mesh {dict(spec.mesh)}")
     mesh = device_mesh(spec.mesh, device.type)
     set_phase("ddp_step_timer: parallelising the model over the mesh")
-
-    def data_parallel(m: Any, dp: Any) -> Any:
-        """The built-in wrapper on the ``dp`` dimension: FSDP2, or DDP over its group."""
-        kwargs = dict(spec.wrapper_kwargs or {})
-        if spec.wrapper == "fsdp":
-            from pytest_distperf.rank.fsdp import shard
-
-            return shard(m, spec.fsdp_policy, {**kwargs, "mesh": dp})
-        return _wrap(m, "ddp", device, {**kwargs, "process_group": dp.get_group()})[0]
+    data_parallel = builtin_data_parallel(spec.wrapper, spec.wrapper_kwargs or {},
+                                          spec.fsdp_policy, device)
     model = parallelized(model, mesh, spec.parallelize, spec.tp_plan, data_parallel)
     no_sync, _ = gradient_sync_switch(model)
     return model, no_sync, mesh
@@ -323,7 +321,7 @@ def _measure(spec: StepSpec) -> RankStep:
     check = HostControls(built.clock) if spec.control and not built.clock.on_cuda else None
     if check is not None:
         check.warm()
-    peak_rss = _rss_bytes()
+    peak_rss = rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
             times, buckets = _timed_step(built, sync, k, spec.steps)
@@ -341,8 +339,8 @@ def _measure(spec: StepSpec) -> RankStep:
                                                 for c in calls))
                 bucket_counts.append(len(calls))
             if not built.clock.on_cuda:
-                peak_rss = max(peak_rss, _rss_bytes())
-    peak, capacity, source = _memory(built.clock, peak_rss, world)
+                peak_rss = max(peak_rss, rss_bytes())
+    peak, capacity, source = memory_figures(built.clock, peak_rss, world)
     census, flops, mesh_comm = _census(built) if spec.count_collectives else (b"", 0, ())
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
@@ -356,7 +354,7 @@ def _measure(spec: StepSpec) -> RankStep:
         mesh_comm=mesh_comm)
 
 
-def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
+def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
     """(peak bytes, capacity bytes, source): the CUDA allocator's peak on GPU, the largest
     resident set size seen after a step on CPU."""
     if clock.on_cuda:
@@ -368,7 +366,7 @@ def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
     return peak_rss, _host_memory_share(world), "rss"
 
 
-def _default_loss(output: Any) -> Any:
+def default_loss(output: Any) -> Any:
     import torch
 
     if not isinstance(output, torch.Tensor):
@@ -377,7 +375,7 @@ def _default_loss(output: Any) -> Any:
     return output.sum()
 
 
-def _prepare_batch(batch: Any, device: Any, rank: int, world: int,
+def prepare_batch(batch: Any, device: Any, rank: int, world: int,
                    split: bool) -> tuple[Any, int]:
     """The batch on ``device`` (a tensor, or a tuple for ``model(*batch)``) and its size."""
     import torch
@@ -433,7 +431,7 @@ def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
                      f"got {wrapper!r}")
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     """This process's resident set size (0 where /proc is not available)."""
     with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

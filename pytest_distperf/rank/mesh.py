@@ -84,6 +84,24 @@ def parallelized(model: Any, mesh: Any, parallelize: Callable[[Any, Any], Any] |
     return model
 
 
+def builtin_data_parallel(wrapper: str, kwargs: dict[str, Any], policy: Any,
+                          device: Any) -> Callable[[Any, Any], Any]:
+    """The built-in wrapper on the ``dp`` dimension, as ``(model, dp_mesh) -> model``:
+    FSDP2 (``fully_shard`` on the policy's blocks, then the root) or DDP over its group."""
+
+    def data_parallel(model: Any, dp: Any) -> Any:
+        if wrapper == "fsdp":
+            from pytest_distperf.rank.fsdp import shard
+
+            return shard(model, policy, {**kwargs, "mesh": dp})
+        from torch.nn.parallel import DistributedDataParallel
+
+        extra: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
+        return DistributedDataParallel(model, process_group=dp.get_group(), **extra, **kwargs)
+
+    return data_parallel
+
+
 def gradient_sync_switch(model: Any) -> tuple[Callable[[], Any], bool]:
     """A context-manager factory that turns the data-parallel gradient synchronisation of
     a parallelised model off (every FSDP2 module's, or DDP's ``no_sync``), and whether it
