@@ -493,3 +493,4 @@ class RankTrace:
 
     trace: bytes
     result: Any = None
+    mesh_comm: tuple[DimComm, ...] = ()  # with ``dist_profiler.mesh``: by mesh dimension

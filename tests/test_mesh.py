@@ -17,7 +17,7 @@ from pytest_distperf.analysis.mesh import (
     on_mesh,
     samples_per_step,
 )
-from pytest_distperf.common.layout import coordinates, counted_once, data_index
+from pytest_distperf.common.layout import coordinates, counted_once, data_index, dimension_of
 from pytest_distperf.fixtures.mesh import check_parallelisation, layout_of
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
 from pytest_distperf.fixtures.steptimer import step_metrics
@@ -51,6 +51,18 @@ def test_which_batch_a_rank_trains_on(layout: tuple[tuple[str, int], ...], indic
                                       stand_for_their_group: list[int]) -> None:
     assert [data_index(layout, r) for r in range(4)] == indices
     assert [r for r in range(4) if counted_once(layout, r)] == stand_for_their_group
+
+
+@pytest.mark.parametrize(("layout", "ranks", "dim"), [
+    (DP_TP, (0, 1), "tp"), (DP_TP, (2, 3), "tp"), (DP_TP, (0, 2), "dp"), (DP_TP, (3, 1), "dp"),
+    (DP_TP, (0, 1, 2, 3), "other"),  # the whole 2-D mesh: no one dimension's group
+    (DP_TP, (0, 3), "other"), (DP_TP, (0, 1, 2), "other"), (DP_TP, (4, 5), "other"),
+    (PP, (0, 1, 2, 3), "pp"),  # a 1-D mesh: the world group is its dimension's
+    ((("dp", 4), ("tp", 1)), (2,), "tp"),  # a TP group of one rank
+])
+def test_a_process_group_is_mapped_to_its_dimension_by_its_ranks(
+        layout: tuple[tuple[str, int], ...], ranks: tuple[int, ...], dim: str) -> None:
+    assert dimension_of(layout, ranks) == dim
 
 
 def rank(r: int, batch: int = 8, flops: int = 1000,

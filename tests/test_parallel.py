@@ -310,3 +310,40 @@ def test_a_pipeline_that_hangs_is_reported_like_any_hang(pytester: pytest.Pytest
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*ddp_step_timer.pipeline(GPipe, 2 microbatches, pp=2)*"
                                  "did not finish*"])
+
+
+PROFILED = MODELS + r'''
+
+def test_a_profile_by_mesh_dimension(dist_profiler):
+    def setup():
+        from torch.distributed.device_mesh import init_device_mesh
+
+        # the user's own mesh: its groups are mapped to dimensions by their ranks
+        mesh = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
+        model = parallelize_module(mlp(), mesh["tp"], PLAN)
+        return model, batch(0)
+
+    def step(state):
+        model, x = state
+        model(x).sum().backward()
+
+    dist_profiler.mesh = {"dp": 1, "tp": 2}
+    report = dist_profiler(step, setup=setup, steps=2)
+    assert {(c.group, c.op): (c.calls, c.bytes) for c in report.mesh_counts} == {
+        ("tp", "all_reduce"): (2, 2 * OUTPUT_BYTES)}  # one a step, two steps
+    trace = json.load(open(report.trace_path))
+    labels = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("mesh.")}
+    assert labels == {"mesh.tp.all_reduce"}
+    print("BODY-OK profile")
+'''
+
+
+def test_dist_profiler_attributes_collectives_to_mesh_dimensions(
+        pytester: pytest.Pytester) -> None:
+    """``dist_profiler.mesh``: the collectives of a TP step on 2 gloo ranks counted on the
+    ``tp`` dimension of the user's own mesh, recorded as ``profile.comm.tp.*``, and labelled
+    in the merged trace."""
+    pytester.makepyfile(test_prof="import json\n" + PROFILED)
+    result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", *RUN, "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])

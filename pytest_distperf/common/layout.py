@@ -40,3 +40,22 @@ def counted_once(layout: Layout, rank: int, dims: frozenset[str] = MODEL_DIMS) -
     a batch (or a global FLOP count) shared along them is counted on that rank alone."""
     where = coordinates(layout, rank)
     return all(where[name] == 0 for name, _ in layout if name in dims)
+
+
+def dimension_of(layout: Layout, ranks: tuple[int, ...]) -> str:
+    """The dimension a process group of ``ranks`` runs along: the one whose group these
+    ranks are (they vary over all of it and agree on every other coordinate); ``other``
+    for any other group (the whole mesh of a 2-D layout, a flattened pair of dimensions)."""
+    members = sorted(set(ranks))
+    total = 1
+    for _, size in layout:
+        total *= size
+    if not members or members[-1] >= total:
+        return OTHER_DIM
+    where = [coordinates(layout, r) for r in members]
+    for name, size in layout:
+        others = {tuple(c[n] for n, _ in layout if n != name) for c in where}
+        if len(members) == size and len(others) == 1 and {c[name] for c in where} == set(
+                range(size)):
+            return name
+    return OTHER_DIM

@@ -131,7 +131,7 @@ class Built:
     batch_size: int
     clock: Clock
     timer: _BucketTimer | None  # the bucket-timing comm hook, where there is one
-    mesh: Any = None  # the DeviceMesh of a ``mesh=`` layout
+    layout: Layout = ()  # the mesh layout of ``mesh=``, () without one
 
     def train_step(self) -> None:
         """One plain step: forward, backward, optimizer step."""
@@ -192,7 +192,7 @@ def build(spec: StepSpec) -> Built:
         out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
         return loss_fn(out)
 
-    return Built(wrapped, no_sync, optimizer, forward, batch_size, clock, timer, mesh)
+    return Built(wrapped, no_sync, optimizer, forward, batch_size, clock, timer, spec.mesh)
 
 
 def _parallelize(model: Any, spec: StepSpec, device: Any) -> tuple[Any, Callable[[], Any], Any]:
@@ -292,10 +292,10 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...]]:
     # on a GPU the kernels too: how busy the device is in a step (a launch-bound step)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if built.clock.on_cuda else [])
     by_dim = None
-    if built.mesh is not None:
-        from pytest_distperf.rank.mesh import comm_counter, dimension_of_groups
+    if built.layout:
+        from pytest_distperf.rank.mesh import comm_counter
 
-        by_dim = comm_counter(dimension_of_groups(built.mesh))
+        by_dim = comm_counter(built.layout)
     with (profile(activities=activities, record_shapes=True) as prof,
           record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
         built.train_step()

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_distperf.common.layout import OTHER_DIM, Layout
+from pytest_distperf.common.layout import Layout, dimension_of
 from pytest_distperf.records import DimComm
 
 _GROUPS: dict[tuple[int, ...], Any] = {}
@@ -58,12 +58,6 @@ def _group(ranks: tuple[int, ...]) -> Any:
     if ranks not in _GROUPS:
         _GROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
     return _GROUPS[ranks]
-
-
-def dimension_of_groups(mesh: Any) -> dict[str, str]:
-    """Process group name -> the mesh dimension it runs along."""
-    names = mesh.mesh_dim_names or ()
-    return {mesh.get_group(name).group_name: name for name in names}
 
 
 def parallelized(model: Any, mesh: Any, parallelize: Callable[[Any, Any], Any] | None,
@@ -137,26 +131,39 @@ def _message_bytes(value: Any) -> int:
     return 0
 
 
-def _group_name(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    """The process group a collective op runs on (its name), or None for an op without one
-    (``wait_tensor``)."""
+def _group_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The process group a collective op runs on (by its name for the functional ops), or
+    None for an op without one (``wait_tensor``)."""
     import torch
+    from torch._C import _distributed_c10d as c10d
 
     for i, arg in enumerate(func._schema.arguments):
         value = args[i] if i < len(args) else kwargs.get(arg.name)
         if arg.name == "group_name" and isinstance(value, str):
-            return value
+            return c10d._resolve_process_group(value)  # type: ignore[arg-type]  # a GroupName
         if isinstance(value, torch.ScriptObject) and "ProcessGroup" in str(arg.type):
-            return str(torch._C._distributed_c10d.ProcessGroup.unbox(value).group_name)
+            return c10d.ProcessGroup.unbox(value)
     return None
 
 
-def comm_counter(groups: dict[str, str]) -> Any:
-    """A dispatch mode that counts every collective op by (mesh dimension, op name):
-    calls and message bytes (the largest buffer, nccl-tests' size).  Op names are the
-    dispatcher's (``_allgather_base_``, ``all_reduce``, ``send``); the controller makes
-    them canonical."""
+def comm_counter(layout: Layout, *, label: bool = False) -> Any:
+    """A dispatch mode that counts every collective op by (mesh dimension, op name): calls
+    and message bytes (the largest buffer, nccl-tests' size).  A group's dimension comes
+    from its ranks (:func:`~pytest_distperf.common.layout.dimension_of`), so groups the
+    user's code made itself count too.  Op names are the dispatcher's (``_allgather_base_``,
+    ``all_reduce``, ``send``); the controller makes them canonical.  ``label``: wrap each
+    collective in a ``mesh.<dim>.<op>`` range, which a profile's trace shows."""
+    import torch.distributed as dist
+    from torch.profiler import record_function
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    dims: dict[str, str] = {}  # group name -> its dimension
+
+    def dimension(group: Any) -> str:
+        if group.group_name not in dims:
+            ranks = tuple(dist.get_process_group_ranks(group))
+            dims[group.group_name] = dimension_of(layout, ranks)
+        return dims[group.group_name]
 
     class CommCounter(TorchDispatchMode):
         def __init__(self) -> None:
@@ -166,14 +173,16 @@ def comm_counter(groups: dict[str, str]) -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if func.namespace in COLLECTIVE_NAMESPACES:
-                group = _group_name(func, args, kwargs)
-                if group is not None:
-                    key = (groups.get(group, OTHER_DIM), func._opname)
-                    nbytes = max(_message_bytes(v) for v in (*args, out))
-                    calls, total = self.counts.get(key, (0, 0))
-                    self.counts[key] = (calls + 1, total + nbytes)
+            group = (_group_of(func, args, kwargs)
+                     if func.namespace in COLLECTIVE_NAMESPACES else None)
+            if group is None:
+                return func(*args, **kwargs)
+            key = (dimension(group), func._opname)
+            with record_function(f"mesh.{key[0]}.{key[1]}") if label else _nothing():
+                out = func(*args, **kwargs)
+            nbytes = max(_message_bytes(v) for v in (*args, out))
+            calls, total = self.counts.get(key, (0, 0))
+            self.counts[key] = (calls + 1, total + nbytes)
             return out
 
         def result(self) -> tuple[DimComm, ...]:
@@ -181,3 +190,8 @@ def comm_counter(groups: dict[str, str]) -> Any:
                          for (dim, op), (calls, nbytes) in sorted(self.counts.items()))
 
     return CommCounter()
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield

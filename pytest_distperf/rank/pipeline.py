@@ -88,7 +88,7 @@ class _Pipeline:
     batch_size: int
     clock: Clock
     timer: _ChunkTimer
-    mesh: Any
+    layout: Layout
 
 
 def time_pipeline(spec: PipelineSpec) -> RankPipeline:
@@ -169,7 +169,8 @@ def _build(spec: PipelineSpec) -> _Pipeline:
     def run() -> Any:
         return schedule.step(*inputs, **last)
 
-    return _Pipeline(schedule, modules, indices, optimizer, run, size, timer.clock, timer, mesh)
+    return _Pipeline(schedule, modules, indices, optimizer, run, size, timer.clock, timer,
+                     spec.mesh)
 
 
 def _step(pipe: _Pipeline, what: str) -> tuple[float, float, list[Chunk]]:
@@ -203,11 +204,11 @@ def _counted_step(pipe: _Pipeline) -> tuple[int, tuple[DimComm, ...]]:
     import torch.distributed as dist
     from torch.utils.flop_counter import FlopCounterMode
 
-    from pytest_distperf.rank.mesh import comm_counter, dimension_of_groups
+    from pytest_distperf.rank.mesh import comm_counter
 
     set_phase("ddp_step_timer.pipeline: counting collectives and FLOPs (one more step)")
     dist.barrier()
-    flops, by_dim = FlopCounterMode(display=False), comm_counter(dimension_of_groups(pipe.mesh))
+    flops, by_dim = FlopCounterMode(display=False), comm_counter(pipe.layout)
     with flops, by_dim:
         pipe.run()
         pipe.optimizer.step()
