@@ -22,10 +22,12 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 VOCAB, WIDTH, HEADS, LAYERS, SEQ, ROWS = 512, 128, 4, 4, 64, 8
 
 #: CPU ranks are processes sharing a few cores: the pipeline's stages and the TP group wait
-#: on the scheduler as much as on each other, so the limits that time them are widened
-#: there (the exact counts and the baselines still gate every change).
+#: on the scheduler as much as on each other, and gloo's all-reduce runs on those cores, so
+#: the limits that time them are widened there (the exact counts and the baselines still
+#: gate every change).
 ON_CPU = not torch.cuda.is_available()
-CPU_LIMITS = {"max_imbalance": 1.5, "max_comm_overhead": 0.9, "min_pipeline_utilisation": 0.3}
+CPU_LIMITS = {"max_imbalance": 1.5, "max_comm_overhead": 0.9, "min_pipeline_utilisation": 0.3,
+              "max_tp_comm_share": 0.8}
 pytestmark = [pytest.mark.distperf(**CPU_LIMITS)] if ON_CPU else []
 
 

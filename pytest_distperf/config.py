@@ -37,6 +37,8 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "min_scaling_efficiency": 0.80,
     # ddp_step_timer.pipeline: 1 - the pipeline's bubble (docs/metrics.md)
     "min_pipeline_utilisation": 0.70,
+    # ddp_step_timer(mesh=...): the share of a step its ranks are blocked in TP collectives
+    "max_tp_comm_share": 0.40,
     # dist_profiler's profile.arrival_skew: off unless set (on a shared CPU runner a skew is
     # mostly scheduling; on GPUs, where a late rank is a real straggler, set it)
     "max_arrival_skew": math.inf,

@@ -267,7 +267,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "distperf(world_size=None, max_comm_overhead=None, max_imbalance=None, "
         "min_scaling_efficiency=None, max_arrival_skew=None, min_pipeline_utilisation=None, "
-        "tolerance=None, "
+        "max_tp_comm_share=None, tolerance=None, "
         "exact_tolerance=None): a distributed "
         "performance test; overrides the group size and thresholds for this test",
     )

@@ -425,6 +425,7 @@ class DimComm:
     op: str
     calls: int
     bytes: int
+    seconds: float = 0.0  # blocked in them, issuing and waiting (CPU ranks; else 0)
 
 
 #: One action of a pipeline stage in a step: (``forward``/``backward``/``weight``, stage

@@ -149,3 +149,20 @@ def test_a_parallelisation_the_mesh_cannot_run_is_refused(kwargs: dict[str, obje
     assert check_parallelisation(DP_TP, None, {}, "fsdp", None, None) == 4
     with pytest.raises(ValueError, match="has none"):
         check_parallelisation((("dp", 2),), None, {}, "fsdp", None, None)
+
+
+def test_the_tp_communication_share_is_the_median_ranks_blocked_time() -> None:
+    tp = (DimComm("tp", "all_reduce", 16, 4 << 20, 0.05), DimComm("dp", "all_gather", 9, 1, 9.0))
+    slow = (DimComm("tp", "all_reduce", 16, 4 << 20, 0.07),)
+    ranks = [rank(r, comm=tp if r < 3 else slow) for r in range(4)]
+    timing = on_mesh(analyze_steps(ranks), DP_TP)  # a step of 0.1 s
+    assert timing.tp_comm_share == pytest.approx(0.5)  # median of 0.05, 0.05, 0.05, 0.07
+    (found,) = [b for b in timing.bottlenecks if b.kind == "tp_communication"]
+    assert found.description == (
+        "tensor-parallel collectives block 50% of the step (50 ms of 100 ms per step: 16 "
+        "all_reduce of 256 KiB); limit 40%")
+    assert "sequence parallelism" in found.suggestion
+    share = {m.name: m for m in step_metrics(timing)}["tp_comm_share"]
+    assert share.threshold == "max_tp_comm_share" and share.hint == found.suggestion
+    # no tp dimension, or nothing timed (GPU ranks): no share, no finding
+    assert on_mesh(analyze_steps([rank(r) for r in range(4)]), DP).tp_comm_share is None

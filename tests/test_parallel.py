@@ -16,7 +16,8 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 RUN = ("-p", "no:cacheprovider", "-rA", "-o", "distperf_max_comm_overhead=1",
-       "-o", "distperf_max_imbalance=100", "-o", "distperf_min_pipeline_utilisation=0")
+       "-o", "distperf_max_imbalance=100", "-o", "distperf_min_pipeline_utilisation=0",
+       "-o", "distperf_max_tp_comm_share=1")
 
 #: A two-layer MLP in the shape TP splits: column-wise, then row-wise (one all-reduce of
 #: the output per forward; the input needs no gradient, so backward adds none).
@@ -62,6 +63,8 @@ TWO_RANKS = MODELS + r'''
 def test_tensor_parallel(ddp_step_timer):
     tp = ddp_step_timer(mlp, batch, mesh={"tp": 2}, tp_plan=PLAN, name="tp", **RUN)
     assert counts(tp) == {("tp", "all_reduce"): (1, OUTPUT_BYTES)}
+    # the ranks wait in that all-reduce (gloo, CPU): a share of the step, timed on the ranks
+    assert 0 < tp.tp_comm_share <= 1
     # the TP group shares one batch: 8 samples a step, not 16
     assert tp.throughput * tp.step_time_s == pytest.approx(ROWS)
     dp = ddp_step_timer(mlp, batch, mesh={"dp": 2}, wrapper="fsdp", name="dp", **RUN)

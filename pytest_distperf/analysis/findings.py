@@ -17,7 +17,12 @@ from pytest_distperf.analysis.topology import SLOW_LINK_RATIO, ranks_by_node
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import format_bytes, resolve_thresholds
 from pytest_distperf.fixtures.results.group import NodeSplit
-from pytest_distperf.fixtures.results.steps import LoadBalance, RankTiming, ScalingPoint
+from pytest_distperf.fixtures.results.steps import (
+    CommCount,
+    LoadBalance,
+    RankTiming,
+    ScalingPoint,
+)
 from pytest_distperf.records import Bottleneck
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.
@@ -41,9 +46,9 @@ MIN_DEVICE_BUSY = 0.5
 #: utilisation holds: a few points are sends and per-microbatch overheads.
 EXCESS_BUBBLE = 0.05
 #: Bottleneck kinds, in the order findings are recommended at equal severity.
-KINDS = ("desync", "communication", "low_overlap", "imbalance", "straggler",
-         "stage_imbalance", "pipeline_bubble", "memory", "launch_bound", "small_messages",
-         "low_scaling", "slow_node", "slow_link")
+KINDS = ("desync", "communication", "tp_communication", "low_overlap", "imbalance",
+         "straggler", "stage_imbalance", "pipeline_bubble", "memory", "launch_bound",
+         "small_messages", "low_scaling", "slow_node", "slow_link")
 
 GENERIC_SUGGESTIONS: dict[str, str] = {
     "communication": (
@@ -72,6 +77,11 @@ GENERIC_SUGGESTIONS: dict[str, str] = {
         "(torch.compile, CUDA graphs, fused optimizers such as foreach=True); until then the "
         "step's time is the host's Python and kernel launches, which vary from run to run, so "
         "gate on the exact counts rather than on its times"),
+    "tp_communication": (
+        "reduce the TP size (keep TP inside a node, on its fastest links), use sequence "
+        "parallelism (a reduce-scatter and an all-gather in place of each all-reduce, with "
+        "activations sharded between them), or overlap TP communication with compute "
+        "(async TP, torch.compile's collective micro-pipelining)"),
     "stage_imbalance": (
         "move work from the slowest pipeline stage to the fastest (a different split "
         "point: fewer blocks on the slow stage)"),
@@ -277,6 +287,23 @@ def launch_bottlenecks(device_busy: float | None, step_time_s: float,
         f"the GPU runs kernels {device_busy:.0%} of the step ({ms(device_busy * step_time_s)} "
         f"of {ms(step_time_s)}): the rest is the host launching them; limit {limit:.0%}",
         GENERIC_SUGGESTIONS["launch_bound"], device_busy, limit)]
+
+
+# -- tensor parallelism ------------------------------------------------------------------------
+def tp_bottlenecks(share: float | None, step_time_s: float, counts: Sequence[CommCount],
+                   limits: Mapping[str, float]) -> list[Bottleneck]:
+    """``tp_communication`` when the ranks are blocked in TP collectives for
+    ``max_tp_comm_share`` of the step or more; ``counts``: the ``tp`` dimension's."""
+    limit = limits["max_tp_comm_share"]
+    if share is None or share < limit:
+        return []
+    what = ", ".join(f"{c.calls} {c.op} of {format_bytes(c.bytes / c.calls)}"
+                     for c in counts if c.calls)
+    return [Bottleneck(
+        "tp_communication", severity(share, limit), (),
+        f"tensor-parallel collectives block {share:.0%} of the step ({ms(share * step_time_s)} "
+        f"of {ms(step_time_s)} per step: {what or 'none counted'}); limit {limit:.0%}",
+        GENERIC_SUGGESTIONS["tp_communication"], share, limit)]
 
 
 # -- pipelines -------------------------------------------------------------------------------

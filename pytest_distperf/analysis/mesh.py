@@ -16,10 +16,13 @@ step's samples and FLOPs each counted once.  Pure: no torch, no pytest.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from pytest_distperf.analysis.findings import recommendations, tp_bottlenecks
 from pytest_distperf.analysis.traces.names import canonical_collective
 from pytest_distperf.common.layout import GLOBAL_FLOP_DIMS, Layout, counted_once
+from pytest_distperf.common.quantiles import median
+from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
 from pytest_distperf.records import DimComm
 
@@ -65,17 +68,35 @@ def flops_per_step(layout: Layout, flops: Sequence[tuple[int, int]]) -> int:
     return sum(count for rank, count in flops if counted_once(layout, rank, GLOBAL_FLOP_DIMS))
 
 
-def on_mesh(timing: StepTiming, layout: Layout) -> StepTiming:
+def blocked_share(per_rank: Sequence[Sequence[DimComm]], dim: str,
+                  step_time_s: float) -> float | None:
+    """The share of a step the median rank is blocked in the collectives of ``dim``
+    (issuing them and waiting for their results), at most 1; None where no rank timed
+    any (GPU ranks, or no collective on ``dim``)."""
+    seconds = [sum(c.seconds for c in counts if c.dim == dim) for counts in per_rank]
+    if not step_time_s > 0 or not any(seconds):
+        return None
+    return min(1.0, (median(seconds) or 0.0) / step_time_s)
+
+
+def on_mesh(timing: StepTiming, layout: Layout,
+            limits: Mapping[str, float] | None = None) -> StepTiming:
     """``timing`` (from :func:`~pytest_distperf.analysis.analyzer.analyze_steps`) with the
-    layout, the counts by dimension, and throughput and FLOPs counted once per sample."""
+    layout, the counts by dimension, throughput and FLOPs counted once per sample, and
+    the TP communication share (and its finding)."""
     ranks = timing.raw
+    share = blocked_share([r.mesh_comm for r in ranks], "tp", timing.step_time_s)
+    counts = dimension_counts([r.mesh_comm for r in ranks], layout)
+    found = tp_bottlenecks(share, timing.step_time_s,
+                           [c for c in counts if c.group == "tp"], resolve_thresholds(limits))
     samples = samples_per_step(layout, [(r.rank, r.batch_size) for r in ranks])
     steps = timing.samples.get("step_s", ())
     per_step = {**timing.samples,
                 "throughput": tuple(samples / s if s > 0 else 0.0 for s in steps)}
     return dataclasses.replace(
-        timing, mesh=layout,
-        mesh_counts=dimension_counts([r.mesh_comm for r in ranks], layout),
+        timing, mesh=layout, mesh_counts=counts, tp_comm_share=share,
+        bottlenecks=timing.bottlenecks + found,
+        recommendations=recommendations(timing.bottlenecks + found, timing.batch_shares),
         throughput=samples / timing.step_time_s if timing.step_time_s > 0 else 0.0,
         samples=per_step, flops_per_step=flops_per_step(layout, [(r.rank, r.flops)
                                                                  for r in ranks]))

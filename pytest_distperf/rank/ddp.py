@@ -295,7 +295,7 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...]]:
     if built.layout:
         from pytest_distperf.rank.mesh import comm_counter
 
-        by_dim = comm_counter(built.layout)
+        by_dim = comm_counter(built.layout, timed=not built.clock.on_cuda)
     with (profile(activities=activities, record_shapes=True) as prof,
           record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
         built.train_step()

@@ -11,6 +11,7 @@ process (cached by its ranks) however many tests use it.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -146,48 +147,78 @@ def _group_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return None
 
 
-def comm_counter(layout: Layout, *, label: bool = False) -> Any:
+class _Tally:
+    """What a collective counter saw: calls, bytes and blocked seconds per (dimension, op
+    name), and the collectives whose results are not waited for yet."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.dims: dict[str, str] = {}  # group name -> its dimension
+        self.counts: dict[tuple[str, str], tuple[int, int]] = {}
+        self.seconds: dict[tuple[str, str], float] = {}
+        self.pending: dict[int, tuple[str, str]] = {}  # id of a result -> its collective
+
+    def key(self, group: Any, op: str) -> tuple[str, str]:
+        """(the dimension ``group`` runs along, ``op``)."""
+        import torch.distributed as dist
+
+        if group.group_name not in self.dims:
+            ranks = tuple(dist.get_process_group_ranks(group))
+            self.dims[group.group_name] = dimension_of(self.layout, ranks)
+        return self.dims[group.group_name], op
+
+    def count(self, key: tuple[str, str], nbytes: int) -> None:
+        calls, total = self.counts.get(key, (0, 0))
+        self.counts[key] = (calls + 1, total + nbytes)
+
+    def add(self, key: tuple[str, str], seconds: float) -> None:
+        self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+
+    def result(self) -> tuple[DimComm, ...]:
+        return tuple(DimComm(dim, op, calls, nbytes, self.seconds.get((dim, op), 0.0))
+                     for (dim, op), (calls, nbytes) in sorted(self.counts.items()))
+
+
+def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) -> Any:
     """A dispatch mode that counts every collective op by (mesh dimension, op name): calls
     and message bytes (the largest buffer, nccl-tests' size).  A group's dimension comes
     from its ranks (:func:`~pytest_distperf.common.layout.dimension_of`), so groups the
     user's code made itself count too.  Op names are the dispatcher's (``_allgather_base_``,
     ``all_reduce``, ``send``); the controller makes them canonical.  ``label``: wrap each
-    collective in a ``mesh.<dim>.<op>`` range, which a profile's trace shows."""
-    import torch.distributed as dist
+    collective in a ``mesh.<dim>.<op>`` range, which a profile's trace shows.  ``timed``
+    (CPU ranks): the seconds this rank is blocked in each, issuing it and in the
+    ``wait_tensor`` of its result (DTensor's collectives; c10d's own are waited on outside
+    the dispatcher, so only their issue counts).  ``result()``: the counts as records."""
     from torch.profiler import record_function
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    dims: dict[str, str] = {}  # group name -> its dimension
-
-    def dimension(group: Any) -> str:
-        if group.group_name not in dims:
-            ranks = tuple(dist.get_process_group_ranks(group))
-            dims[group.group_name] = dimension_of(layout, ranks)
-        return dims[group.group_name]
 
     class CommCounter(TorchDispatchMode):
         def __init__(self) -> None:
             super().__init__()
-            self.counts: dict[tuple[str, str], tuple[int, int]] = {}
+            self.tally = _Tally(layout)
+            self.result = self.tally.result
 
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
-            kwargs = kwargs or {}
-            group = (_group_of(func, args, kwargs)
-                     if func.namespace in COLLECTIVE_NAMESPACES else None)
+            kwargs, tally = kwargs or {}, self.tally
+            ours = func.namespace in COLLECTIVE_NAMESPACES
+            group = _group_of(func, args, kwargs) if ours else None
+            start = time.perf_counter()
             if group is None:
-                return func(*args, **kwargs)
-            key = (dimension(group), func._opname)
+                waits = ours and args and func._opname == "wait_tensor"
+                waited = tally.pending.pop(id(args[0]), None) if waits else None
+                out = func(*args, **kwargs)
+                if waited is not None and timed:  # the wait_tensor of a collective's result
+                    tally.add(waited, time.perf_counter() - start)
+                return out
+            key = tally.key(group, func._opname)
             with record_function(f"mesh.{key[0]}.{key[1]}") if label else _nothing():
                 out = func(*args, **kwargs)
-            nbytes = max(_message_bytes(v) for v in (*args, out))
-            calls, total = self.counts.get(key, (0, 0))
-            self.counts[key] = (calls + 1, total + nbytes)
+            if timed:
+                tally.add(key, time.perf_counter() - start)
+                tally.pending[id(out)] = key
+            tally.count(key, max(_message_bytes(v) for v in (*args, out)))
             return out
-
-        def result(self) -> tuple[DimComm, ...]:
-            return tuple(DimComm(dim, op, calls, nbytes)
-                         for (dim, op), (calls, nbytes) in sorted(self.counts.items()))
 
     return CommCounter()
 
