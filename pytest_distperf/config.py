@@ -35,6 +35,10 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "max_comm_overhead": 0.30,
     "max_imbalance": 0.10,
     "min_scaling_efficiency": 0.80,
+    # ddp_step_timer.pipeline: 1 - the pipeline's bubble (docs/metrics.md)
+    "min_pipeline_utilisation": 0.70,
+    # ddp_step_timer(mesh=...): the share of a step its ranks are blocked in TP collectives
+    "max_tp_comm_share": 0.40,
     # dist_profiler's profile.arrival_skew: off unless set (on a shared CPU runner a skew is
     # mostly scheduling; on GPUs, where a late rank is a real straggler, set it)
     "max_arrival_skew": math.inf,

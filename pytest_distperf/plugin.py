@@ -266,7 +266,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "distperf(world_size=None, max_comm_overhead=None, max_imbalance=None, "
-        "min_scaling_efficiency=None, max_arrival_skew=None, tolerance=None, "
+        "min_scaling_efficiency=None, max_arrival_skew=None, min_pipeline_utilisation=None, "
+        "max_tp_comm_share=None, tolerance=None, "
         "exact_tolerance=None): a distributed "
         "performance test; overrides the group size and thresholds for this test",
     )

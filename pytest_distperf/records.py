@@ -11,68 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import typing
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
+# every record's JSON round-trip, re-exported beside the records
+from pytest_distperf.common.plaindata import from_dict as from_dict  # noqa: PLC0414
+from pytest_distperf.common.plaindata import to_dict as to_dict  # noqa: PLC0414
 from pytest_distperf.common.quantiles import median_or_nan
-
-T = TypeVar("T")
-
-
-def to_dict(record: Any) -> Any:
-    """A JSON-ready structure (dicts, lists, str, numbers, None) for a record tree.
-
-    Fields marked ``metadata={"transient": True}`` (callables, live handles) are left out.
-    """
-    if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return {f.name: to_dict(getattr(record, f.name)) for f in dataclasses.fields(record)
-                if not f.metadata.get("transient")}
-    if isinstance(record, dict):
-        return {str(k): to_dict(v) for k, v in record.items()}
-    if isinstance(record, (list, tuple)):
-        return [to_dict(v) for v in record]
-    if isinstance(record, str) and type(record) is not str:
-        return str(record)  # torch's TorchVersion: plain data serialisers (execnet) refuse it
-    return record
-
-
-def from_dict(cls: type[T], data: Any) -> T:
-    """Rebuild a record of type ``cls`` from :func:`to_dict`'s output."""
-    return typing.cast(T, _build(cls, data))
-
-
-def _build(tp: Any, data: Any) -> Any:
-    if data is None:
-        return None
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        non_none = [a for a in args if a is not type(None)]
-        return _build(non_none[0], data) if len(non_none) == 1 else data
-    if dataclasses.is_dataclass(tp):
-        upgrade = getattr(tp, "upgrade_dict", None)
-        if upgrade is not None:  # a record whose JSON layout changed reads its older ones
-            data = upgrade(data)
-        hints = typing.get_type_hints(tp)
-        kwargs = {
-            f.name: _build(hints[f.name], data[f.name])
-            for f in dataclasses.fields(tp)
-            if f.name in data
-        }
-        return typing.cast(Any, tp)(**kwargs)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_build(args[0], v) for v in data)
-        return tuple(_build(a, v) for a, v in zip(args, data, strict=True))
-    if origin is list:
-        return [_build(args[0], v) for v in data]
-    if origin is dict:
-        return {_build(args[0], k) if args[0] is not str else k: _build(args[1], v)
-                for k, v in data.items()}
-    if tp is float and isinstance(data, int):
-        return float(data)
-    return data
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -497,10 +442,58 @@ class RankStep:
     memory_control_s: tuple[float, ...] = ()
     #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
     flops: int = 0
+    #: with a mesh, the collectives of the counted step by mesh dimension (exact)
+    mesh_comm: tuple[DimComm, ...] = ()
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted
     census: bytes = dataclasses.field(default=b"", repr=False,
                                       metadata={"transient": True})
+
+
+# -- 2-D and 3-D parallel training ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class DimComm:
+    """The collectives of one kind one rank issued in a counted step on the process group
+    of one mesh dimension (``other`` for a group outside the mesh:
+    :mod:`pytest_distperf.common.layout`); ``bytes`` as
+    :class:`~pytest_distperf.fixtures.results.steps.CommCount` has them."""
+
+    dim: str
+    op: str
+    calls: int
+    bytes: int
+    seconds: float = 0.0  # blocked in them, issuing and waiting (CPU ranks; else 0)
+
+
+#: One action of a pipeline stage in a step: (``forward``/``backward``/``weight``, stage
+#: index, microbatch, start, end), seconds after the step began.
+Chunk = tuple[str, int, int, float, float]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RankPipeline:
+    """What one rank measured in ``ddp_step_timer.pipeline``: per timed step, seconds.
+    Every step starts at a barrier; ``schedule_s`` is the schedule's ``step()`` (the
+    pipeline's span on this rank), ``step_s`` that and the optimizer step; ``busy_s`` the
+    time the rank's stages computed (their forward and backward chunks) in it."""
+
+    rank: int
+    stages: tuple[int, ...]  # the stage indices this rank holds (several: interleaved)
+    blocks: tuple[int, ...]  # per stage, its repeated blocks (0: none found)
+    batch_size: int  # rows of the batch this rank's pipeline is fed per step
+    step_s: tuple[float, ...]
+    schedule_s: tuple[float, ...]
+    busy_s: tuple[float, ...]
+    forward_s: tuple[float, ...]
+    backward_s: tuple[float, ...]
+    chunks: tuple[Chunk, ...] = ()  # the last timed step's actions, in order
+    control_s: tuple[float, ...] = ()  # the host-speed control after each step (CPU)
+    memory_control_s: tuple[float, ...] = ()
+    peak_memory_bytes: int = 0
+    memory_source: str = ""
+    device: str = ""
+    flops: int = 0  # of one counted step on this rank (0: not counted)
+    mesh_comm: tuple[DimComm, ...] = ()  # of the counted step, by mesh dimension
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -538,3 +531,4 @@ class RankTrace:
 
     trace: bytes
     result: Any = None
+    mesh_comm: tuple[DimComm, ...] = ()  # with ``dist_profiler.mesh``: by mesh dimension

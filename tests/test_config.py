@@ -162,7 +162,8 @@ def test_measure_result_takes_the_slowest_rank_per_iteration() -> None:
 def test_thresholds() -> None:
     limits = resolve_thresholds({"max_imbalance": 0.5}, {"min_scaling_efficiency": 0.9})
     assert limits == {"max_comm_overhead": 0.30, "max_imbalance": 0.5,
-                      "min_scaling_efficiency": 0.9, "max_arrival_skew": math.inf}
+                      "min_scaling_efficiency": 0.9, "max_arrival_skew": math.inf,
+                      "min_pipeline_utilisation": 0.70, "max_tp_comm_share": 0.40}
     metrics = [
         Metric("comm_overhead", 0.30, "fraction", threshold="max_comm_overhead"),  # not < 0.30
         Metric("imbalance", 0.49, "fraction", threshold="max_imbalance"),

@@ -6,6 +6,10 @@ The rule: modules here import the records and result types (:mod:`pytest_distper
 files, so they are tested on synthetic and recorded data without ranks.
 
 * :mod:`~pytest_distperf.analysis.analyzer`: step figures, load balance, scaling curves;
+* :mod:`~pytest_distperf.analysis.mesh`: a step on a mesh by dimension: counts per mesh
+  dimension, samples and FLOPs each counted once;
+* :mod:`~pytest_distperf.analysis.pipeline`: a pipeline's bubble against its schedule's
+  theory, each stage's busy time, the slowest stage;
 * :mod:`~pytest_distperf.analysis.findings`: the rules that name a bottleneck and its fix;
 * :mod:`~pytest_distperf.analysis.topology`: ranks by node, slow links, slow pairs and the
   ranks they point to;

@@ -17,7 +17,12 @@ from pytest_distperf.analysis.topology import SLOW_LINK_RATIO, ranks_by_node
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import format_bytes, resolve_thresholds
 from pytest_distperf.fixtures.results.group import NodeSplit
-from pytest_distperf.fixtures.results.steps import LoadBalance, RankTiming, ScalingPoint
+from pytest_distperf.fixtures.results.steps import (
+    CommCount,
+    LoadBalance,
+    RankTiming,
+    ScalingPoint,
+)
 from pytest_distperf.records import Bottleneck
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.
@@ -37,9 +42,13 @@ SMALL_MESSAGE_BYTES = 64 * 1024
 SMALL_MESSAGE_SHARE = 0.2
 #: A GPU busy less than this share of a step leaves the step's time to the host.
 MIN_DEVICE_BUSY = 0.5
+#: A pipeline bubble this far above its schedule's theory is a finding even where the
+#: utilisation holds: a few points are sends and per-microbatch overheads.
+EXCESS_BUBBLE = 0.05
 #: Bottleneck kinds, in the order findings are recommended at equal severity.
-KINDS = ("desync", "communication", "low_overlap", "imbalance", "straggler", "memory",
-         "launch_bound", "small_messages", "low_scaling", "slow_node", "slow_link")
+KINDS = ("desync", "communication", "tp_communication", "low_overlap", "imbalance",
+         "straggler", "stage_imbalance", "pipeline_bubble", "memory", "launch_bound",
+         "small_messages", "low_scaling", "slow_node", "slow_link")
 
 GENERIC_SUGGESTIONS: dict[str, str] = {
     "communication": (
@@ -68,6 +77,18 @@ GENERIC_SUGGESTIONS: dict[str, str] = {
         "(torch.compile, CUDA graphs, fused optimizers such as foreach=True); until then the "
         "step's time is the host's Python and kernel launches, which vary from run to run, so "
         "gate on the exact counts rather than on its times"),
+    "tp_communication": (
+        "reduce the TP size (keep TP inside a node, on its fastest links), use sequence "
+        "parallelism (a reduce-scatter and an all-gather in place of each all-reduce, with "
+        "activations sharded between them), or overlap TP communication with compute "
+        "(async TP, torch.compile's collective micro-pipelining)"),
+    "stage_imbalance": (
+        "move work from the slowest pipeline stage to the fastest (a different split "
+        "point: fewer blocks on the slow stage)"),
+    "pipeline_bubble": (
+        "more microbatches per step (the schedule's bubble shrinks as (p - 1) / (m + p - 1)), "
+        "an interleaved schedule (virtual stages), balanced stages, and cheaper sends "
+        "between them"),
     "low_scaling": (
         "find what grows with the world size: communication (see comm_overhead per world "
         "size), imbalance between ranks, or fixed per-step costs that more ranks cannot share"),
@@ -266,6 +287,89 @@ def launch_bottlenecks(device_busy: float | None, step_time_s: float,
         f"the GPU runs kernels {device_busy:.0%} of the step ({ms(device_busy * step_time_s)} "
         f"of {ms(step_time_s)}): the rest is the host launching them; limit {limit:.0%}",
         GENERIC_SUGGESTIONS["launch_bound"], device_busy, limit)]
+
+
+# -- tensor parallelism ------------------------------------------------------------------------
+def tp_bottlenecks(share: float | None, step_time_s: float, counts: Sequence[CommCount],
+                   limits: Mapping[str, float]) -> list[Bottleneck]:
+    """``tp_communication`` when the ranks are blocked in TP collectives for
+    ``max_tp_comm_share`` of the step or more; ``counts``: the ``tp`` dimension's."""
+    limit = limits["max_tp_comm_share"]
+    if share is None or share < limit:
+        return []
+    what = ", ".join(f"{c.calls} {c.op} of {format_bytes(c.bytes / c.calls)}"
+                     for c in counts if c.calls)
+    return [Bottleneck(
+        "tp_communication", severity(share, limit), (),
+        f"tensor-parallel collectives block {share:.0%} of the step ({ms(share * step_time_s)} "
+        f"of {ms(step_time_s)} per step: {what or 'none counted'}); limit {limit:.0%}",
+        GENERIC_SUGGESTIONS["tp_communication"], share, limit)]
+
+
+# -- pipelines -------------------------------------------------------------------------------
+def stage_bottlenecks(busy: Mapping[int, tuple[float, int]], imbalance: float,
+                      limits: Mapping[str, float],
+                      ranks: Sequence[int] = ()) -> list[Bottleneck]:
+    """``stage_imbalance`` when the pipeline's stages (``busy``: ``pp`` coordinate ->
+    (busy seconds per step, its blocks)) differ by ``max_imbalance`` of their mean: the
+    slowest named, and how many of its blocks to move to the fastest."""
+    limit = limits["max_imbalance"]
+    if len(busy) < 2 or imbalance < limit:
+        return []
+    slow = max(busy, key=lambda k: busy[k][0])
+    fast = min(busy, key=lambda k: busy[k][0])
+    (slow_s, blocks), fast_s = busy[slow], busy[fast][0]
+    ratio = slow_s / fast_s if fast_s > 0 else math.inf
+    if blocks >= 2:
+        # moving k blocks of b = slow_s / blocks each evens the two when slow - k b = fast + k b
+        k = min(blocks - 1, max(1, round((slow_s - fast_s) / (2 * slow_s / blocks))))
+        move = f"move {k} of its {blocks} blocks to stage {fast}"
+    else:
+        move = (f"move about {(slow_s - fast_s) / (2 * slow_s):.0%} of its work to stage "
+                f"{fast} (a different split point)")
+    return [Bottleneck(
+        "stage_imbalance", severity(imbalance, limit), tuple(ranks),
+        f"pipeline stage {slow} takes {ratio:.2f}x stage {fast} ({ms(slow_s)} vs "
+        f"{ms(fast_s)} of forward and backward per step): every other stage waits for it; "
+        f"the stages differ by {imbalance:.0%} of their mean, limit {limit:.0%}",
+        f"stage {slow} takes {ratio:.1f}x stage {fast}: {move}", imbalance, limit)]
+
+
+def pipeline_bottlenecks(*, bubble: float, theory: float, stages: int, microbatches: int,
+                         virtual: int, schedule: str, busy: Mapping[int, tuple[float, int]],
+                         imbalance: float, limits: Mapping[str, float], needed: int,
+                         ranks: Sequence[int] = ()) -> list[Bottleneck]:
+    """``stage_imbalance`` (:func:`stage_bottlenecks`), and ``pipeline_bubble`` when the
+    utilisation (1 - ``bubble``) is below ``min_pipeline_utilisation`` or the bubble exceeds
+    the schedule's ``theory`` by ``EXCESS_BUBBLE``, saying why: an unbalanced split, the
+    sends and per-microbatch overheads, or too few microbatches (``needed`` reach the
+    limit in theory)."""
+    out = stage_bottlenecks(busy, imbalance, limits, ranks)
+    limit = limits["min_pipeline_utilisation"]
+    excess = bubble - theory
+    if 1.0 - bubble >= limit and excess < EXCESS_BUBBLE:
+        return out
+    if excess >= EXCESS_BUBBLE and out:
+        cause, what = ("an unbalanced stage split", out[0].suggestion)
+    elif excess >= EXCESS_BUBBLE:
+        cause, what = ("neither the schedule nor the split: the sends between stages or "
+                       "per-microbatch overheads",
+                       "look at comm.pp.* (bytes per microbatch) and what each microbatch "
+                       "costs besides its compute; fewer, larger microbatches if that is it")
+    else:
+        cause, what = (f"too few microbatches: the schedule alone idles {theory:.0%}",
+                       f"use at least {needed} microbatches (the theory's bubble is then "
+                       f"within {1 - limit:.0%}), or an interleaved schedule (virtual stages)")
+    per_rank = f", {virtual} stages per rank" if virtual > 1 else ""
+    level = (severity(1.0 - bubble, limit, higher_is_worse=False) if 1.0 - bubble < limit
+             else "low")
+    out.append(Bottleneck(
+        "pipeline_bubble", level, tuple(ranks) if out else (),
+        f"pipeline utilisation is {1 - bubble:.0%}: the stages idle {bubble:.0%} of the "
+        f"step; {schedule}'s theory for {stages} stages{per_rank} and {microbatches} "
+        f"microbatches is {theory:.0%}, {excess * 100:+.0f} points; why: {cause}; limit "
+        f"{limit:.0%}", what, 1.0 - bubble, limit))
+    return out
 
 
 # -- scaling ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Small helpers every room shares: quantiles, time intervals, atomic files, ``/proc``.
+"""Small helpers every room shares: quantiles, time intervals, atomic files, ``/proc``,
+mesh layouts, records as plain data.
 
 The rule: standard library only; nothing here imports anything of pytest-distperf, so any
 room may import it, the rank processes included.
@@ -6,5 +7,9 @@ room may import it, the rank processes included.
 * :mod:`~pytest_distperf.common.quantiles`: quantiles and medians that skip missing values;
 * :mod:`~pytest_distperf.common.intervals`: merge, clip and measure ``(start, end)`` spans;
 * :mod:`~pytest_distperf.common.files`: file names from node ids, atomic writes;
-* :mod:`~pytest_distperf.common.procs`: the process table from ``/proc`` (Linux).
+* :mod:`~pytest_distperf.common.procs`: the process table from ``/proc`` (Linux);
+* :mod:`~pytest_distperf.common.layout`: mesh layouts: a rank's coordinates, which batch it
+  trains on, which rank counts for its group;
+* :mod:`~pytest_distperf.common.plaindata`: ``to_dict``/``from_dict``, a record tree as JSON-ready
+  data and back (:mod:`pytest_distperf.records` re-exports them).
 """

@@ -12,5 +12,9 @@ controller sends them work through the pool (:mod:`pytest_distperf.pool`) and ge
 * :mod:`~pytest_distperf.rank.ddp`: build, wrap and time training steps;
 * :mod:`~pytest_distperf.rank.fsdp`: which blocks FSDP2 shards (tied weights, blocks
   sharded already) and the sharding;
+* :mod:`~pytest_distperf.rank.mesh`: a ``DeviceMesh`` of named dimensions, the model's
+  parallelisation over it, and a step's collectives counted by dimension;
+* :mod:`~pytest_distperf.rank.pipeline`: pipeline stages, a schedule by name, each stage's
+  busy time per step;
 * :mod:`~pytest_distperf.rank.profile`: one call under ``torch.profiler``.
 """

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_distperf.common.intervals import union_length
+from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import PROFILED_REGION, CommCall, RankStep
+from pytest_distperf.records import PROFILED_REGION, CommCall, DimComm, RankStep
 
 WRAPPERS = ("ddp", "fsdp")
 #: Learning rate of the default optimizer (plain SGD): small, the values do not matter.
@@ -58,6 +59,11 @@ class StepSpec:
     #: on CPU ranks, the host-speed control after every synchronised step
     #: (:func:`~pytest_distperf.rank.clock.control_kernel`), as ``measure()`` has it
     control: bool = True
+    #: a mesh layout ((name, size), ...): the model is parallelised over a DeviceMesh
+    #: (:mod:`~pytest_distperf.rank.mesh`) instead of wrapped over all ranks
+    mesh: Layout = ()
+    parallelize: Callable[[Any, Any], Any] | None = None  # the user's (model, mesh) -> model
+    tp_plan: Any = None  # the built-in TP: parallelize_module's plan on the ``tp`` dimension
 
 
 class _BucketTimer:
@@ -125,6 +131,7 @@ class Built:
     batch_size: int
     clock: Clock
     timer: _BucketTimer | None  # the bucket-timing comm hook, where there is one
+    layout: Layout = ()  # the mesh layout of ``mesh=``, () without one
 
     def train_step(self) -> None:
         """One plain step: forward, backward, optimizer step."""
@@ -151,13 +158,20 @@ def build(spec: StepSpec) -> Built:
                         f"{type(model).__name__}")
     model = model.to(device)
     set_phase("ddp_step_timer: building the batch")
-    batch, batch_size = _prepare_batch(spec.batch_fn(rank), device, rank, world,
+    # with a mesh, the ranks of a TP or PP group share one batch: batch_fn(data-parallel index)
+    which = data_index(spec.mesh, rank) if spec.mesh else rank
+    batch, batch_size = prepare_batch(spec.batch_fn(which), device, rank, world,
                                        spec.split_batch)
-    set_phase(f"ddp_step_timer: wrapping the model ({spec.wrapper})")
-    wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {},
-                             spec.fsdp_policy)
+    mesh = None
+    if spec.mesh:
+        wrapped, no_sync, mesh = _parallelize(model, spec, device)
+    else:
+        set_phase(f"ddp_step_timer: wrapping the model ({spec.wrapper})")
+        wrapped, no_sync = _wrap(model, spec.wrapper, device, spec.wrapper_kwargs or {},
+                                 spec.fsdp_policy)
     timer: _BucketTimer | None = None
-    timed = spec.comm_timing if spec.comm_timing is not None else not clock.on_cuda
+    timed = (spec.comm_timing if spec.comm_timing is not None else not clock.on_cuda) and (
+        mesh is None)
     if spec.wrapper == "ddp" and timed:
         hook = _BucketTimer(clock, wrapped.process_group, spec.comm_hook)
         timer = hook
@@ -172,13 +186,33 @@ def build(spec: StepSpec) -> Built:
         optimizer = spec.optimizer_fn(wrapped)
     else:
         optimizer = spec.optimizer_fn(params)
-    loss_fn = spec.loss_fn or _default_loss
+    loss_fn = spec.loss_fn or default_loss
 
     def forward() -> Any:
         out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
         return loss_fn(out)
 
-    return Built(wrapped, no_sync, optimizer, forward, batch_size, clock, timer)
+    return Built(wrapped, no_sync, optimizer, forward, batch_size, clock, timer, spec.mesh)
+
+
+def _parallelize(model: Any, spec: StepSpec, device: Any) -> tuple[Any, Callable[[], Any], Any]:
+    """The model parallelised over the mesh of ``spec.mesh``, the switch that turns its
+    data-parallel gradient sync off, and the mesh."""
+    from pytest_distperf.rank.mesh import (
+        builtin_data_parallel,
+        device_mesh,
+        gradient_sync_switch,
+        parallelized,
+    )
+
+    set_phase(f"ddp_step_timer: building the mesh {dict(spec.mesh)}")
+    mesh = device_mesh(spec.mesh, device.type)
+    set_phase("ddp_step_timer: parallelising the model over the mesh")
+    data_parallel = builtin_data_parallel(spec.wrapper, spec.wrapper_kwargs or {},
+                                          spec.fsdp_policy, device)
+    model = parallelized(model, mesh, spec.parallelize, spec.tp_plan, data_parallel)
+    no_sync, _ = gradient_sync_switch(model)
+    return model, no_sync, mesh
 
 
 def _warm_up(built: Built, steps: int) -> None:
@@ -236,13 +270,15 @@ def _timed_step(built: Built, sync: bool, k: int,
     return phases, buckets
 
 
-def _census(built: Built) -> tuple[bytes, int]:
+def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...]]:
     """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
     with shapes: every collective and its message size; on a GPU its kernels too), inside
     the region annotation the trace analysis counts in, and under
     ``torch.utils.flop_counter`` (the step's FLOPs on this rank: forward, backward,
-    optimizer); the trace, compressed, and the FLOPs (0 where they could not be counted).
-    Untimed: the overheads do not touch the timings, and counts do not depend on them."""
+    optimizer); with a mesh, under a dispatch mode that counts the collectives by mesh
+    dimension too.  The trace, compressed, the FLOPs (0 where they could not be counted)
+    and the counts by dimension.  Untimed: the overheads do not touch the timings, and
+    counts do not depend on them."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
@@ -255,15 +291,20 @@ def _census(built: Built) -> tuple[bytes, int]:
     counter = FlopCounterMode(display=False)
     # on a GPU the kernels too: how busy the device is in a step (a launch-bound step)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if built.clock.on_cuda else [])
+    by_dim = None
+    if built.layout:
+        from pytest_distperf.rank.mesh import comm_counter
+
+        by_dim = comm_counter(built.layout, timed=not built.clock.on_cuda)
     with (profile(activities=activities, record_shapes=True) as prof,
-          record_function(PROFILED_REGION), counter):
+          record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
         built.train_step()
         built.clock.synchronize()
     try:
         flops = int(counter.get_total_flops())
     except Exception:  # a model the counter cannot follow: the FLOPs stay unknown
         flops = 0
-    return exported(prof), flops
+    return exported(prof), flops, by_dim.result() if by_dim is not None else ()
 
 
 def _measure(spec: StepSpec) -> RankStep:
@@ -280,7 +321,7 @@ def _measure(spec: StepSpec) -> RankStep:
     check = HostControls(built.clock) if spec.control and not built.clock.on_cuda else None
     if check is not None:
         check.warm()
-    peak_rss = _rss_bytes()
+    peak_rss = rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
             times, buckets = _timed_step(built, sync, k, spec.steps)
@@ -298,9 +339,9 @@ def _measure(spec: StepSpec) -> RankStep:
                                                 for c in calls))
                 bucket_counts.append(len(calls))
             if not built.clock.on_cuda:
-                peak_rss = max(peak_rss, _rss_bytes())
-    peak, capacity, source = _memory(built.clock, peak_rss, world)
-    census, flops = _census(built) if spec.count_collectives else (b"", 0)
+                peak_rss = max(peak_rss, rss_bytes())
+    peak, capacity, source = memory_figures(built.clock, peak_rss, world)
+    census, flops, mesh_comm = _census(built) if spec.count_collectives else (b"", 0, ())
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
         backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
@@ -309,10 +350,11 @@ def _measure(spec: StepSpec) -> RankStep:
         memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
         buckets=max(bucket_counts) if bucket_counts else None, census=census,
         control_s=tuple(check.compute_s) if check is not None else (),
-        memory_control_s=tuple(check.memory_s) if check is not None else (), flops=flops)
+        memory_control_s=tuple(check.memory_s) if check is not None else (), flops=flops,
+        mesh_comm=mesh_comm)
 
 
-def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
+def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
     """(peak bytes, capacity bytes, source): the CUDA allocator's peak on GPU, the largest
     resident set size seen after a step on CPU."""
     if clock.on_cuda:
@@ -324,7 +366,7 @@ def _memory(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
     return peak_rss, _host_memory_share(world), "rss"
 
 
-def _default_loss(output: Any) -> Any:
+def default_loss(output: Any) -> Any:
     import torch
 
     if not isinstance(output, torch.Tensor):
@@ -333,7 +375,7 @@ def _default_loss(output: Any) -> Any:
     return output.sum()
 
 
-def _prepare_batch(batch: Any, device: Any, rank: int, world: int,
+def prepare_batch(batch: Any, device: Any, rank: int, world: int,
                    split: bool) -> tuple[Any, int]:
     """The batch on ``device`` (a tensor, or a tuple for ``model(*batch)``) and its size."""
     import torch
@@ -389,7 +431,7 @@ def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
                      f"got {wrapper!r}")
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     """This process's resident set size (0 where /proc is not available)."""
     with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -6,12 +6,14 @@ analyses it (:mod:`pytest_distperf.analysis.traces`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import zlib
 from collections.abc import Callable
 from typing import Any
 
+from pytest_distperf.common.layout import Layout
 from pytest_distperf.rank.clock import Clock
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP, RankTrace
@@ -20,7 +22,7 @@ from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP, RankTrace
 def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                     warmup: int, record_shapes: bool, with_stack: bool,
                     profile_memory: bool, setup: Callable[[], Any] | None = None,
-                    steps: int = 1) -> RankTrace:
+                    steps: int = 1, layout: Layout = ()) -> RankTrace:
     """What every rank runs: ``setup()`` once (when given; its result becomes ``fn``'s first
     argument), ``warmup`` plain calls, a barrier, then ``steps`` calls under the profiler.
 
@@ -28,7 +30,9 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     analysis measures), and each in a ``ProfilerStep#<n>`` annotation (the per-step view;
     torch.profiler's own name for steps). On CUDA the device is synchronised at the end of
     each step, so that a step's span covers the kernels it launched.  The result is that of
-    the last call.
+    the last call.  With a mesh ``layout`` the profiled calls run under the collective
+    counter (:func:`pytest_distperf.rank.mesh.comm_counter`): each collective is counted by
+    its mesh dimension and wrapped in a ``mesh.<dim>.<op>`` range the trace shows.
     """
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -48,16 +52,22 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     if clock.on_cuda:
         activities.append(ProfilerActivity.CUDA)
     result = None
+    counter = None
+    if layout:
+        from pytest_distperf.rank.mesh import comm_counter
+
+        counter = comm_counter(layout, label=True)
     with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
                   profile_memory=profile_memory) as prof,
-          record_function(PROFILED_REGION)):
+          record_function(PROFILED_REGION), counter or contextlib.nullcontext()):
         for step in range(steps):
             set_phase(f"dist_profiler: profiled step {step + 1}/{steps}")
             with record_function(f"{PROFILER_STEP}{step}"):
                 result = fn(*args, **kwargs)
                 clock.synchronize()
     set_phase("dist_profiler: exporting the trace")
-    return RankTrace(exported(prof), result)
+    return RankTrace(exported(prof), result,
+                     counter.result() if counter is not None else ())
 
 
 def exported(prof: Any) -> bytes:

@@ -35,7 +35,7 @@ from pytest_distperf.fixtures.results.profile import (
     RankProfile,
     StepProfile,
 )
-from pytest_distperf.fixtures.results.steps import comm_count_metrics
+from pytest_distperf.fixtures.results.steps import comm_count_metrics, dimension_count_metrics
 from pytest_distperf.records import INFORMATIONAL, Bottleneck, Metric
 
 
@@ -201,8 +201,8 @@ def profile_metrics(report: ProfileReport, prefix: str = "profile", world_size: 
     often as its rank), ``<prefix>.arrival_skew`` (the same spread as a share of the
     step, one sample per collective; threshold ``max_arrival_skew``, off by default) and
     ``<prefix>.step_time_s`` (one sample per step), informational; and, exact,
-    ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the call.  None when the ranks were
-    out of step."""
+    ``<prefix>.comm.<op>.calls`` and ``.bytes`` of the call (with a mesh, by dimension:
+    ``<prefix>.comm.<dim>.<op>.*``).  None when the ranks were out of step."""
     if report.desync:
         return []
     hints = {b.kind: b.suggestion for b in reversed(report.bottlenecks)}
@@ -240,4 +240,7 @@ def profile_metrics(report: ProfileReport, prefix: str = "profile", world_size: 
         walls = tuple(s.wall_time_s for s in report.steps)
         out.append(Metric(f"{prefix}.step_time_s", median_or_nan(walls), "s", False,
                           samples=walls, world_size=world_size, kind=INFORMATIONAL))
+    if report.mesh_counts:  # by mesh dimension: profile.comm.tp.all_reduce.calls
+        return out + dimension_count_metrics(report.mesh_counts, f"{prefix}.comm.", world_size,
+                                             "")
     return out + comm_count_metrics(report.comm_counts, f"{prefix}.comm.", world_size, "")

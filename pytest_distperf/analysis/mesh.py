@@ -1,0 +1,102 @@
+"""A step on a mesh, by dimension: exact collective counts per mesh dimension, and the
+step's samples and FLOPs each counted once.  Pure: no torch, no pytest.
+
+* Counts: every rank counts its collectives by the process group they ran on
+  (:func:`pytest_distperf.rank.mesh.comm_counter`); per (dimension, collective) the most any
+  rank issued, as for the whole step (:func:`~pytest_distperf.analysis.traces.census.count_ops`).
+* Samples: the ranks of a TP, PP or CP group share one batch
+  (:data:`~pytest_distperf.common.layout.MODEL_DIMS`), so a step's samples are the batches
+  of the ranks at coordinate 0 on those dimensions: dp x tp = 2 x 2 with 8 rows a rank
+  trains 16 samples a step, not 32.
+* FLOPs: ``torch.utils.flop_counter`` counts a DTensor op's global FLOPs on every rank of
+  its TP group (:data:`~pytest_distperf.common.layout.GLOBAL_FLOP_DIMS`), so one rank of
+  each TP group counts for it; pipeline stages and data-parallel ranks count their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from pytest_distperf.analysis.findings import recommendations, tp_bottlenecks
+from pytest_distperf.analysis.traces.names import canonical_collective
+from pytest_distperf.common.layout import GLOBAL_FLOP_DIMS, Layout, counted_once
+from pytest_distperf.common.quantiles import median
+from pytest_distperf.config import resolve_thresholds
+from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
+from pytest_distperf.records import DimComm
+
+
+def dimension_counts(per_rank: Sequence[Sequence[DimComm]],
+                     layout: Layout = ()) -> tuple[CommCount, ...]:
+    """Calls and bytes per (mesh dimension, collective), the most any rank issued; the
+    dimension is the count's ``group``.  In the layout's order of dimensions (then
+    ``other``), by collective name."""
+    totals: dict[tuple[str, str], tuple[int, int]] = {}
+    for counts in per_rank:
+        mine: dict[tuple[str, str], tuple[int, int]] = {}
+        for c in counts:
+            key = (c.dim, canonical_collective(c.op))
+            calls, nbytes = mine.get(key, (0, 0))
+            mine[key] = (calls + c.calls, nbytes + c.bytes)
+        for key, (calls, nbytes) in mine.items():
+            seen = totals.get(key, (0, 0))
+            totals[key] = (max(seen[0], calls), max(seen[1], nbytes))
+    order = [name for name, _ in layout]
+
+    def place(key: tuple[str, str]) -> tuple[int, str, str]:
+        dim, op = key
+        return (order.index(dim) if dim in order else len(order), dim, op)
+
+    return tuple(CommCount(op=op, calls=calls, bytes=nbytes, group=dim)
+                 for (dim, op), (calls, nbytes) in sorted(totals.items(),
+                                                          key=lambda kv: place(kv[0])))
+
+
+def samples_per_step(layout: Layout, batch_sizes: Sequence[tuple[int, int]]) -> int:
+    """The samples one step trains, each once: the batches of the ranks that stand for
+    their TP/PP/CP group.  ``batch_sizes``: (rank, its batch size)."""
+    return sum(max(0, size) for rank, size in batch_sizes if counted_once(layout, rank))
+
+
+def flops_per_step(layout: Layout, flops: Sequence[tuple[int, int]]) -> int:
+    """A step's FLOPs, each once: every rank's count, but one rank's of each TP group
+    (which counts the global op); 0 where some rank's FLOPs were not counted.
+    ``flops``: (rank, its count)."""
+    if not flops or not all(count for _, count in flops):
+        return 0
+    return sum(count for rank, count in flops if counted_once(layout, rank, GLOBAL_FLOP_DIMS))
+
+
+def blocked_share(per_rank: Sequence[Sequence[DimComm]], dim: str,
+                  step_time_s: float) -> float | None:
+    """The share of a step the median rank is blocked in the collectives of ``dim``
+    (issuing them and waiting for their results), at most 1; None where no rank timed
+    any (GPU ranks, or no collective on ``dim``)."""
+    seconds = [sum(c.seconds for c in counts if c.dim == dim) for counts in per_rank]
+    if not step_time_s > 0 or not any(seconds):
+        return None
+    return min(1.0, (median(seconds) or 0.0) / step_time_s)
+
+
+def on_mesh(timing: StepTiming, layout: Layout,
+            limits: Mapping[str, float] | None = None) -> StepTiming:
+    """``timing`` (from :func:`~pytest_distperf.analysis.analyzer.analyze_steps`) with the
+    layout, the counts by dimension, throughput and FLOPs counted once per sample, and
+    the TP communication share (and its finding)."""
+    ranks = timing.raw
+    share = blocked_share([r.mesh_comm for r in ranks], "tp", timing.step_time_s)
+    counts = dimension_counts([r.mesh_comm for r in ranks], layout)
+    found = tp_bottlenecks(share, timing.step_time_s,
+                           [c for c in counts if c.group == "tp"], resolve_thresholds(limits))
+    samples = samples_per_step(layout, [(r.rank, r.batch_size) for r in ranks])
+    steps = timing.samples.get("step_s", ())
+    per_step = {**timing.samples,
+                "throughput": tuple(samples / s if s > 0 else 0.0 for s in steps)}
+    return dataclasses.replace(
+        timing, mesh=layout, mesh_counts=counts, tp_comm_share=share,
+        bottlenecks=timing.bottlenecks + found,
+        recommendations=recommendations(timing.bottlenecks + found, timing.batch_shares),
+        throughput=samples / timing.step_time_s if timing.step_time_s > 0 else 0.0,
+        samples=per_step, flops_per_step=flops_per_step(layout, [(r.rank, r.flops)
+                                                                 for r in ranks]))

@@ -1,0 +1,61 @@
+"""Mesh layouts: where a rank sits on a ``DeviceMesh`` of named dimensions, which batch it
+trains on, and which rank counts for a group.  Standard library only: the ranks and the
+pure analysis use the same arithmetic."""
+
+from __future__ import annotations
+
+#: A mesh layout: (dimension name, size) pairs, outermost first, as ``init_device_mesh`` takes
+#: them; ranks are laid out row-major over it.
+Layout = tuple[tuple[str, int], ...]
+#: Dimensions that split the model, not the batch: the ranks along them share one batch.
+MODEL_DIMS = frozenset({"tp", "pp", "cp"})
+#: Dimensions whose ranks each count a DTensor op's global FLOPs (the flop counter sees the
+#: op before it is split): one rank of each such group counts for all of it.
+GLOBAL_FLOP_DIMS = frozenset({"tp"})
+#: The dimension of a collective on a process group that is none of the mesh's.
+OTHER_DIM = "other"
+
+
+def coordinates(layout: Layout, rank: int) -> dict[str, int]:
+    """``rank``'s coordinate on every dimension of ``layout`` (row-major)."""
+    out: dict[str, int] = {}
+    for name, size in reversed(layout):
+        rank, out[name] = divmod(rank, size)
+    return {name: out[name] for name, _ in layout}
+
+
+def data_index(layout: Layout, rank: int) -> int:
+    """Which batch ``rank`` trains on: its index over the data-parallel dimensions (those
+    not in :data:`MODEL_DIMS`), row-major; 0 for every rank without one."""
+    where = coordinates(layout, rank)
+    index = 0
+    for name, size in layout:
+        if name not in MODEL_DIMS:
+            index = index * size + where[name]
+    return index
+
+
+def counted_once(layout: Layout, rank: int, dims: frozenset[str] = MODEL_DIMS) -> bool:
+    """Whether ``rank`` stands for its group along ``dims`` (its coordinate is 0 on each):
+    a batch (or a global FLOP count) shared along them is counted on that rank alone."""
+    where = coordinates(layout, rank)
+    return all(where[name] == 0 for name, _ in layout if name in dims)
+
+
+def dimension_of(layout: Layout, ranks: tuple[int, ...]) -> str:
+    """The dimension a process group of ``ranks`` runs along: the one whose group these
+    ranks are (they vary over all of it and agree on every other coordinate); ``other``
+    for any other group (the whole mesh of a 2-D layout, a flattened pair of dimensions)."""
+    members = sorted(set(ranks))
+    total = 1
+    for _, size in layout:
+        total *= size
+    if not members or members[-1] >= total:
+        return OTHER_DIM
+    where = [coordinates(layout, r) for r in members]
+    for name, size in layout:
+        others = {tuple(c[n] for n, _ in layout if n != name) for c in where}
+        if len(members) == size and len(others) == 1 and {c[name] for c in where} == set(
+                range(size)):
+            return name
+    return OTHER_DIM

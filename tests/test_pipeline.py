@@ -1,0 +1,130 @@
+"""The pipeline analysis on synthetic per-rank records: the schedule's theory, the bubble,
+the slowest stage and why a bubble is above its theory.  Pure: no torch, no ranks.
+
+The same on real pipelines (GPipe, 1F1B, interleaved 1F1B on gloo ranks) is in
+tests/test_parallel.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_distperf.analysis.pipeline import analyze_pipeline, bubble_theory, microbatches_for
+from pytest_distperf.config import resolve_thresholds
+from pytest_distperf.fixtures.pipeline import pipeline_metrics, plan
+from pytest_distperf.fixtures.results.pipeline import PipelineTiming
+from pytest_distperf.records import DimComm, RankPipeline, from_dict, to_dict
+from pytest_distperf.report.jsonreport import load_schema
+from pytest_distperf.verdict.thresholds import check_thresholds
+
+PP2 = (("pp", 2),)
+
+
+@pytest.mark.parametrize(("p", "m", "v", "theory"), [
+    (2, 4, 1, 1 / 5), (4, 4, 1, 3 / 7), (4, 16, 1, 3 / 19), (2, 4, 2, 1 / 9), (1, 4, 1, 0.0)])
+def test_the_schedules_own_bubble(p: int, m: int, v: int, theory: float) -> None:
+    assert bubble_theory(p, m, v) == pytest.approx(theory)
+
+
+@pytest.mark.parametrize(("p", "u", "v", "m"), [(4, 0.7, 1, 7), (2, 0.7, 1, 3), (4, 0.7, 2, 4),
+                                                  (1, 0.9, 1, 1), (2, 1.0, 1, 99)])
+def test_the_fewest_microbatches_for_a_utilisation(p: int, u: float, v: int, m: int) -> None:
+    assert microbatches_for(p, u, v) == m
+    if p > 1 and u < 1:
+        assert 1 - bubble_theory(p, m, v) >= u - 1e-9 > 1 - bubble_theory(p, m - 1, v) - 1e-9
+
+
+def rank(r: int, busy: float, span: float, *, blocks: int = 4, steps: int = 6,
+         stages: tuple[int, ...] | None = None) -> RankPipeline:
+    return RankPipeline(
+        rank=r, stages=stages if stages is not None else (r,), blocks=(blocks,), batch_size=8,
+        step_s=(span * 1.05,) * steps, schedule_s=(span,) * steps, busy_s=(busy,) * steps,
+        forward_s=(busy / 2,) * steps, backward_s=(busy / 2,) * steps,
+        mesh_comm=(DimComm("pp", "send", 4, 512),))
+
+
+def analysed(ranks: list[RankPipeline], m: int = 4, layout: tuple[tuple[str, int], ...] = PP2,
+             **limits: float) -> PipelineTiming:
+    return analyze_pipeline(ranks, layout=layout, schedule="GPipe", microbatches=m,
+                            limits=resolve_thresholds(limits))
+
+
+def test_a_balanced_pipeline_at_its_theory_has_no_finding() -> None:
+    # 4 microbatches of 0.1 s per stage, span (m + p - 1) slots: bubble 1/5
+    t = analysed([rank(0, 0.4, 0.5), rank(1, 0.4, 0.5)])
+    assert t.bubble == pytest.approx(0.2) and t.utilisation == pytest.approx(0.8)
+    assert t.excess_bubble == pytest.approx(0.0) and t.stage_ratio == pytest.approx(1.0)
+    assert t.bottlenecks == [] and t.throughput == pytest.approx(8 / 0.525)
+    assert [s.bubble for s in t.per_stage] == pytest.approx([0.2, 0.2])
+    # the span is the slowest rank's: a rank whose schedule returns early idles the rest
+    early = analysed([rank(0, 0.4, 0.5), rank(1, 0.4, 0.45)])
+    assert early.per_stage[1].bubble == pytest.approx(0.2)
+
+
+def test_an_unbalanced_split_names_the_slowest_stage_and_the_blocks_to_move() -> None:
+    t = analysed([rank(0, 0.3, 1.0, blocks=6), rank(1, 0.54, 1.0, blocks=6)])
+    assert (t.slowest_stage, t.stage_ratio) == (1, pytest.approx(1.8))
+    kinds = {b.kind: b for b in t.bottlenecks}
+    assert kinds["stage_imbalance"].ranks == (1,)
+    # 6 blocks of 90 ms: moving 1 leaves 450 vs 390 ms, the closest whole number (k = 1.33)
+    assert kinds["stage_imbalance"].suggestion == (
+        "stage 1 takes 1.8x stage 0: move 1 of its 6 blocks to stage 0")
+    assert "why: an unbalanced stage split" in kinds["pipeline_bubble"].description
+
+
+def test_too_few_microbatches_is_said_with_how_many_would_do() -> None:
+    # 4 stages, 4 microbatches: the theory alone idles 3/7 of the step
+    ranks = [rank(r, 0.4, 0.7) for r in range(4)]
+    t = analysed(ranks, layout=(("pp", 4),))
+    (bubble,) = [b for b in t.bottlenecks if b.kind == "pipeline_bubble"]
+    assert "too few microbatches: the schedule alone idles 43%" in bubble.description
+    assert bubble.suggestion.startswith("use at least 7 microbatches")
+    breaches = check_thresholds(pipeline_metrics(t), resolve_thresholds())
+    assert [b.threshold for b in breaches] == ["min_pipeline_utilisation"]
+    assert breaches[0].hint == bubble.suggestion
+
+
+def test_an_excess_the_split_does_not_explain_points_at_the_sends() -> None:
+    t = analysed([rank(0, 0.4, 0.6), rank(1, 0.4, 0.6)])  # theory 0.2, measured 1/3
+    (bubble,) = t.bottlenecks
+    assert bubble.kind == "pipeline_bubble" and bubble.severity == "low"  # utilisation holds
+    assert "the sends between stages or per-microbatch overheads" in bubble.description
+
+
+def test_with_data_parallel_replicas_a_stage_is_its_busiest_replica() -> None:
+    layout = (("pp", 2), ("dp", 2))  # ranks 0, 1: stage 0; ranks 2, 3: stage 1
+    ranks = [rank(0, 0.3, 1.0), rank(1, 0.2, 1.0), rank(2, 0.6, 1.0), rank(3, 0.2, 1.0)]
+    t = analysed(ranks, layout=layout)
+    assert [s.pp_rank for s in t.per_stage] == [0, 0, 1, 1]
+    assert t.slowest_stage == 1 and t.stage_ratio == pytest.approx(2.0)
+    assert t.throughput * t.step_time_s == pytest.approx(16)  # one batch per replica
+
+
+def test_metrics_round_trip_and_validate() -> None:
+    t = analysed([rank(0, 0.4, 0.5), rank(1, 0.4, 0.5)])
+    names = {m.name for m in pipeline_metrics(t, "x.")}
+    assert {"x.step_time_s", "x.pipeline.utilisation", "x.pipeline.bubble_theory",
+            "x.comm.pp.send.calls", "x.comm.pp.send.bytes"} <= names
+    assert from_dict(PipelineTiming, json.loads(json.dumps(to_dict(t)))) == t
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"$defs": load_schema()["$defs"], "$ref": "#/$defs/PipelineTiming"}
+    jsonschema.validate(to_dict(t), schema, cls=jsonschema.Draft202012Validator)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"schedule": "ZBV"}, "schedule must be one of GPipe, 1F1B, Interleaved1F1B"),
+    ({"mesh": {"dp": 2}}, "has no 'pp' dimension"),
+    ({"virtual_stages": 2}, "GPipe runs one stage per rank"),
+    ({"microbatches": 0}, "microbatches must be an int >= 1"),
+])
+def test_a_pipeline_is_checked_before_any_rank_is_busy(kwargs: dict[str, object],
+                                                       match: str) -> None:
+    args: dict[str, object] = {"schedule": "GPipe", "microbatches": 4, "mesh": None,
+                               "virtual_stages": None, "world_size": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        plan(print, print, **args)  # type: ignore[arg-type]
+    spec = plan(print, print, schedule="interleaved1f1b", microbatches=4, mesh=None,
+                virtual_stages=None, world_size=2)
+    assert (spec.schedule, spec.virtual, spec.mesh) == ("Interleaved1F1B", 2, PP2)
