@@ -11,6 +11,7 @@ from typing import Any
 from pytest_distperf.analysis.topology import slow_pairs, suspect_ranks
 from pytest_distperf.config import ConfigError, parse_size
 from pytest_distperf.fixtures.collectives import OPS, WrongResultError
+from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.group import (
     CollectiveResult,
     CollectiveRow,
@@ -21,7 +22,7 @@ from pytest_distperf.fixtures.results.profile import CollectiveStat, ProfileRepo
 from pytest_distperf.fixtures.results.steps import ScalingPoint, ScalingResult, StepTiming
 from pytest_distperf.pool.launcher import RankError, RankTimeout
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import Bottleneck, Environment, Metric, Verdict
+from pytest_distperf.records import Environment, Metric, Verdict
 
 __version__ = "0.1.0"
 

@@ -307,25 +307,6 @@ def slowest_control(per_rank: Sequence[Sequence[float]], iterations: int) -> tup
     return tuple(max(float(v) for v in col) for col in zip(*per_rank, strict=True))
 
 
-def gbps(nbytes: float, time_us: float) -> float:
-    """Bytes moved in ``time_us`` microseconds as GB/s (1e9 bytes per second): nccl-tests'
-    algbw; 0.0 for no time."""
-    return nbytes / (time_us * 1e3) if time_us > 0 else 0.0
-
-
-#: busbw = algbw * factor(n): nccl-tests' doc/PERFORMANCE.md.
-BUS_FACTORS: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send_recv": lambda n: 1.0,
-    "barrier": lambda n: 0.0,
-}
-
-
 # -- nccl_group.bench / bench_pairs -----------------------------------------------------------
 #: Ops whose buffer is split into one chunk per rank: S must hold a whole number of chunks.
 CHUNKED_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
@@ -494,25 +475,6 @@ class RankPipeline:
     device: str = ""
     flops: int = 0  # of one counted step on this rank (0: not counted)
     mesh_comm: tuple[DimComm, ...] = ()  # of the counted step, by mesh dimension
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Bottleneck:
-    """One finding of the analyzer: what limits the step, how badly, and what to do.
-
-    ``kind``: ``communication``, ``low_overlap``, ``imbalance``, ``straggler``, ``memory``,
-    ``launch_bound`` or ``low_scaling``, among others (``findings.KINDS``); ``severity``:
-    ``low``, ``medium`` or ``high``; ``value`` and ``limit`` are the figure behind the
-    finding and the limit it crossed.
-    """
-
-    kind: str
-    severity: str
-    ranks: tuple[int, ...]
-    description: str
-    suggestion: str
-    value: float = 0.0
-    limit: float = 0.0
 
 
 # -- dist_profiler: merged multi-rank traces and what they show ------------------------------

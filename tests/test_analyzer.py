@@ -24,10 +24,11 @@ from pytest_distperf.analysis.analyzer import (
 from pytest_distperf.analysis.findings import MIN_BATCH_SHARE, recommendations, severity
 from pytest_distperf.common.intervals import union_length as interval_union
 from pytest_distperf.config import resolve_thresholds
+from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.group import PairMatrix, PairRow
 from pytest_distperf.fixtures.results.steps import CommCount, ScalingResult, StepTiming
 from pytest_distperf.fixtures.steptimer import comm_count_metrics, scaling_metrics, step_metrics
-from pytest_distperf.records import Bottleneck, CommCall, RankStep, from_dict, to_dict
+from pytest_distperf.records import CommCall, RankStep, from_dict, to_dict
 from pytest_distperf.verdict.thresholds import check_thresholds
 
 N_STEPS = 10

@@ -24,7 +24,7 @@ from pytest_distperf.fixtures.results.group import PairMatrix, PairRow
 from pytest_distperf.records import INFORMATIONAL, BenchSpec, Measurement, SizeOutcome, TestRecord
 from pytest_distperf.report import terminal as report
 
-#: nccl-tests' bus factors, written out independently of records.BUS_FACTORS.
+#: nccl-tests' bus factors, written out independently of common.bandwidth.BUS_FACTORS.
 EXPECTED_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,

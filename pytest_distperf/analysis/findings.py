@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pytest_distperf.analysis.topology import SLOW_LINK_RATIO, ranks_by_node
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import format_bytes, resolve_thresholds
+from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.group import NodeSplit
 from pytest_distperf.fixtures.results.steps import (
     CommCount,
@@ -23,7 +24,6 @@ from pytest_distperf.fixtures.results.steps import (
     RankTiming,
     ScalingPoint,
 )
-from pytest_distperf.records import Bottleneck
 
 #: The smallest share of the global batch a rebalancing suggestion gives any rank.
 MIN_BATCH_SHARE = 0.05

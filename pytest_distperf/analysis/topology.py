@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_distperf.common.bandwidth import gbps
 from pytest_distperf.common.quantiles import median, median_or_nan, quantile_or_nan
 from pytest_distperf.fixtures.results.group import (
     NodeLink,
@@ -26,7 +27,6 @@ from pytest_distperf.fixtures.results.group import (
     PairRow,
     SlowNode,
 )
-from pytest_distperf.records import gbps
 
 #: A rank's node rank where neither torchrun nor Slurm gave one: its host name names its node.
 UNKNOWN_NODE_RANK = -1

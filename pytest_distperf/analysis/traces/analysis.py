@@ -29,6 +29,7 @@ from pytest_distperf.common.files import file_stem
 from pytest_distperf.common.intervals import intersection_length, total_length
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import format_bytes, resolve_thresholds
+from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.profile import (
     CollectiveStat,
     ProfileReport,
@@ -36,7 +37,7 @@ from pytest_distperf.fixtures.results.profile import (
     StepProfile,
 )
 from pytest_distperf.fixtures.results.steps import comm_count_metrics, dimension_count_metrics
-from pytest_distperf.records import INFORMATIONAL, Bottleneck, Metric
+from pytest_distperf.records import INFORMATIONAL, Metric
 
 
 def rank_profile(tl: Timeline) -> RankProfile:

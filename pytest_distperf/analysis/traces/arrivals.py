@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 from pytest_distperf.analysis.traces.names import P2P
 from pytest_distperf.analysis.traces.rank_timeline import CommOp, Timeline
+from pytest_distperf.common.bandwidth import BUS_FACTORS, gbps
 from pytest_distperf.fixtures.results.profile import CollectiveTiming
-from pytest_distperf.records import BUS_FACTORS, gbps
 
 
 def collective_timings(tls: Sequence[Timeline]) -> tuple[CollectiveTiming, ...]:
