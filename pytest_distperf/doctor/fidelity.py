@@ -10,6 +10,7 @@ as the plugin reports them.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -21,6 +22,11 @@ from pytest_distperf.doctor.plan import Plan
 from pytest_distperf.fixtures.group import DistGroup
 from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
+#: Why ``bench`` on one GPU is not judged against a bare loop (benchmarks/doctor.md: on an
+#: H200 bench read 0.92-0.94 of a bare loop, and 0.93 of a loop timed with the plugin's own
+#: clock; benchmarks/gpu.md).
+ONE_GPU = ("one rank: no data moves, both sides time the host's launch of a 30-55 us call, "
+           "and any two loops read several percent apart; bandwidth needs 2 or more GPUs")
 Side = Callable[[], Sequence[float]]  # one round of a side: seconds per iteration
 
 
@@ -57,8 +63,11 @@ def bench(group: DistGroup, plan: Plan) -> Fidelity:
                                       plan.bench_iters))
 
     times = alternate({"plugin": plugin, "bare": bare, "again": bare}, plan.bench_rounds)
-    return _fidelity("bench", f"all_reduce {plan.bench_size}, {group.world_size} rank(s)",
-                     times)
+    found = _fidelity("bench", f"all_reduce {plan.bench_size}, {group.world_size} rank(s)",
+                      times)
+    if group.world_size == 1 and group.device_type == "cuda":
+        return dataclasses.replace(found, note=ONE_GPU)
+    return found
 
 
 def measure(group: DistGroup, plan: Plan) -> Fidelity:

@@ -56,6 +56,7 @@ class Fidelity:
     again_s: float  # the second bare series
     iterations: int  # per side
     load: Load | None = None
+    note: str = ""  # why the ratio is not judged, where it is not
 
     @property
     def ratio(self) -> float:

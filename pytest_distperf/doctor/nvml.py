@@ -42,9 +42,10 @@ ACTIONS: dict[int, str] = {
 }
 _POWER_CAP = 0x4
 _IDLE = 0x1
-#: Under a full load the SM clock of a healthy GPU stays near its maximum (an H200 read
-#: 1980 of 1980 MHz right after bf16 matrix products: .library KINDS.md; benchmarks/gpu.md
-#: has the H100's): below this share of it, with no reason given, something holds it down.
+#: Below this share of its maximum under load, with no reason given, something holds the
+#: SM clock down (locked clocks).  A healthy GPU reports why it runs lower: an H200 under the
+#: check's matrix products read 1575-1605 of 1980 MHz with "software power cap" set
+#: (benchmarks/doctor.md), and 1980 right after a burst of them (.library KINDS.md).
 CLOCK_SHARE = 0.90
 
 

@@ -30,10 +30,22 @@ def pct(value: float | None, digits: int = 1) -> str:
     return "?" if value is None or not math.isfinite(value) else f"{value:.{digits}%}"
 
 
+def one_rank(floor: Floor) -> bool:
+    """A ``bench`` floor of a time, not a bandwidth: one rank, where no data moves."""
+    return floor.kind == "bench" and not floor.unit.startswith("GB")
+
+
 def floor_label(floor: Floor) -> str:
-    if floor.kind == "bench" and not floor.unit.startswith("GB"):
+    if one_rank(floor):
         return "bench's time (one rank: no data moves)"
     return FLOOR_LABELS.get(floor.kind, floor.kind)
+
+
+def instead(floor: Floor) -> str:
+    """What else to do than widening the tolerance."""
+    if one_rank(floor):
+        return "gate bandwidth on 2 or more GPUs"
+    return ELSE.get(floor.kind, "compare it with the base commit's in the same job")
 
 
 def widened(change: float) -> float:
@@ -51,7 +63,7 @@ def gate_sentence(floors: Sequence[Floor], tolerance: float) -> str:
     if not good and not bad:
         return f"{gate}: no floor could be measured here"
     fixes = [f"{floor_label(f)} (widen its tolerance to {widened(f.detectable or 0):.0%}, or "
-             f"{ELSE.get(f.kind, 'compare it in the same job')})" for f in bad]
+             f"{instead(f)})" for f in bad]
     text = (f"{gate} is trustworthy here for {_joined(good)}" if good else
             f"{gate} is trustworthy here for none of them")
     if fixes:
@@ -108,7 +120,7 @@ def fidelity_advice(fid: Fidelity, busy: bool = False) -> list[Advice]:
     """A warning where the plugin reads outside the band around a bare loop; put down to
     the machine where the A/A is off by more than half the band or other processes were
     busy (``busy``), else to the plugin."""
-    if not math.isfinite(fid.ratio) or abs(fid.ratio - 1) <= FIDELITY_BAND:
+    if fid.note or not math.isfinite(fid.ratio) or abs(fid.ratio - 1) <= FIDELITY_BAND:
         return []
     side = "longer" if fid.ratio > 1 else "shorter"
     problem = (f"{LABELS.get(fid.name, fid.name)} reads {abs(fid.ratio - 1):.1%} {side} than "
@@ -153,7 +165,7 @@ def lines(check: Check) -> list[str]:
                    f"the same way; goal {1 - FIDELITY_BAND:.2f}-{1 + FIDELITY_BAND:.2f}):")
         out += [f"  {LABELS.get(f.name, f.name):<15} {f.ratio:6.3f}   A/A {f.aa:6.3f}   "
                 f"{f.what}, {f.iterations} iterations a side{_others(f.load)}"
-                for f in check.fidelity]
+                + (f" (not judged: {f.note})" if f.note else "") for f in check.fidelity]
     if check.floors:
         out.append(f"noise floors: the smallest change a comparison tells "
                    f"{DETECTABLE_POWER:.0%} of the time, against a save of these measurements:")

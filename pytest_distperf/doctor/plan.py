@@ -72,6 +72,9 @@ def plan_for(device_type: str, environ: Mapping[str, str] | None = None) -> Plan
     quick = environ.get(QUICK_VARIABLE, "").strip() not in ("", "0")
     gpu = device_type == "cuda"
     plan = Plan(quick=False, reps=8 if gpu else 60, gpt=GPU_GPT if gpu else CPU_GPT)
+    if gpu:  # GPU clocks settle over more steps (an A/A of 1.12 at 2 + 8); a step costs ms
+        plan = dataclasses.replace(plan, warmup=5, step_rounds=4, step_steps=20,
+                                   floor_steps=20)
     if not quick:
         return plan
     # three measurements are the fewest a floor is computed from; a fifth of a second of
