@@ -49,7 +49,7 @@ class Plan:
     bench_iters: int = 3
     measure_rounds: int = 6
     measure_iters: int = 5
-    step_rounds: int = 3
+    step_rounds: int = 5
     step_steps: int = 8
     # noise floors: measurements as a save takes them
     measurements: int = DEFAULT_SAVE_MEASUREMENTS
