@@ -114,9 +114,12 @@ def load_advice(load: Load | None) -> list[Advice]:
     problem = load_problem(load)
     if not problem:
         return []
+    noisy = (" (the noise probe calls such measurements too noisy: a comparison under that "
+             "load comes out inconclusive, not failed)" if load is not None and load.noisy
+             else "")
     return [Advice("load", f"during the check {problem}: every figure on this page is this "
-                   "machine's under that load", "rerun the check when the runner is quiet, "
-                   "and keep other jobs off it while gates run")]
+                   f"machine's under that load{noisy}", "rerun the check when the runner is "
+                   "quiet, and keep other jobs off it while gates run")]
 
 
 def fidelity_advice(fid: Fidelity, busy: bool = False) -> list[Advice]:
