@@ -260,11 +260,11 @@ def test_a_neighbour_is_named_and_a_quiet_machine_is_not_blamed() -> None:
     busy = Load(seconds=60.0, cpus=2, steal=0.0, wait=0.41, other_load=0.46,
                 busiest=(Busy(4242, "python3", 0.91), Busy(7, "sshd", 0.06)))
     assert page.load_problem(busy) == (
-        "other processes used 46% of the 2 CPUs: a neighbour busy on about 1 core(s) (busiest: "
+        "other processes used 46% of the 2 CPUs: a neighbour busy on about one core (busiest: "
         "pid 4242 python3 0.91 cores, pid 7 sshd 0.06 cores); the ranks waited for a CPU 41% "
         "of the time")
     spread = dataclasses.replace(busy, busiest=(Busy(5, "make", 0.2),))
-    assert "other processes worth about 0.9 core(s)" in page.load_problem(spread)
+    assert "other processes worth about 0.9 cores" in page.load_problem(spread)
     (advice,) = page.load_advice(busy)
     assert advice.topic == "load" and "rerun the check when the runner is quiet" in advice.action
 

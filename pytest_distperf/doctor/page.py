@@ -18,7 +18,7 @@ FIDELITY_BAND = 0.05
 QUICK = ("quick configuration (DISTPERF_DOCTOR_QUICK): too few measurements and rounds to "
          "act on; run the full check before setting tolerances")
 #: One other process using this much of a core is "a neighbour busy on one core": one that
-#: spins on a core beside 2 ranks on 2 cores got 0.48-0.52 of it (benchmarks/doctor.md).
+#: spins on a core beside 2 ranks on 2 cores got 0.48-0.79 of it (benchmarks/doctor.md).
 NEIGHBOUR_CORES = 0.4
 LABELS = {"bench": "bench", "measure": "measure()", "step": "the step timer"}
 FLOOR_LABELS = {"bench": "bench's bus bandwidth", "measure": "measure() times",
@@ -100,9 +100,10 @@ def load_problem(load: Load | None) -> str:
     cores = load.other_load * load.cpus
     top = load.busiest[0] if load.busiest else None
     if top is not None and top.cores >= NEIGHBOUR_CORES:
-        who = f"a neighbour busy on about {max(1, round(top.cores))} core(s)"
+        n = max(1, round(top.cores))
+        who = f"a neighbour busy on about {'one core' if n == 1 else f'{n} cores'}"
     else:
-        who = f"other processes worth about {cores:.1f} core(s)"
+        who = f"other processes worth about {cores:.1f} cores"
     named = ", ".join(f"pid {b.pid} {b.name} {b.cores:.2f} cores" for b in load.busiest)
     wait = ("" if load.wait is None else
             f"; the ranks waited for a CPU {load.wait:.0%} of the time")
