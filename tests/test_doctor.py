@@ -54,12 +54,14 @@ def healthy(**changes: Any) -> GpuReading:
 
 
 # -- NVML ----------------------------------------------------------------------------------
-def test_recorded_h200_readings_warn_of_nothing() -> None:
-    """Two readings of a healthy H200 under the check's load: clocks at 80% of their maximum,
-    with the software power cap as the reason, at the default power limit."""
-    recorded = json.loads((DATA / "nvml_h200.json").read_text())["readings"]
+def test_recorded_readings_warn_of_nothing() -> None:
+    """Two readings of a healthy H200 and one of a healthy H100 under the check's load: SM
+    clocks at 79-81% of their maximum, with the software power cap as the reason, at the
+    default power limit."""
+    recorded = json.loads((DATA / "nvml_recorded.json").read_text())["readings"]
     readings = [from_dict(GpuReading, r) for r in recorded]
-    assert [r.reasons for r in readings] == [0x4, 0x4]
+    assert [r.name for r in readings] == ["NVIDIA H200"] * 2 + ["NVIDIA H100 80GB HBM3"]
+    assert [r.reasons for r in readings] == [0x4] * 3
     assert all(r.sm_clock_mhz and r.sm_clock_mhz < 0.9 * 1980 for r in readings)
     assert nvml.gpu_advice(readings) == []
 
@@ -313,6 +315,9 @@ def test_the_page_line_by_line() -> None:
     assert quick[-2] == "1 warning(s):"  # the quick run's ratios are not warned on
     assert any(line.endswith("(the quick configuration's figures: not to act on).")
                for line in quick)
+    one_rank = page.lines(dataclasses.replace(whole_check(), floors=[floor("bench", 0.2, "us")]))
+    assert any(line.startswith("  bench's time (one rank: no data moves)   20.0%")
+               for line in one_rank)
     busy = page.lines(whole_check(other=0.4))
     assert any("measured while other processes were busy" in line for line in busy)
 

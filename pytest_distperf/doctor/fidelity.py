@@ -23,8 +23,8 @@ from pytest_distperf.fixtures.group import DistGroup
 from pytest_distperf.fixtures.steptimer import DDPStepTimer
 
 #: Why ``bench`` on one GPU is not judged against a bare loop (benchmarks/doctor.md: on an
-#: H200 bench read 0.92-0.94 of a bare loop, and 0.93 of a loop timed with the plugin's own
-#: clock; benchmarks/gpu.md).
+#: H200 and an H100 bench read 0.92-0.96 of a bare loop, and 0.93 of a loop timed with the
+#: plugin's own clock; benchmarks/gpu.md).
 ONE_GPU = ("one rank: no data moves, both sides time the host's launch of a 30-55 us call, "
            "and any two loops read several percent apart; bandwidth needs 2 or more GPUs")
 Side = Callable[[], Sequence[float]]  # one round of a side: seconds per iteration

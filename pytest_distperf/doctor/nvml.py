@@ -43,9 +43,9 @@ ACTIONS: dict[int, str] = {
 _POWER_CAP = 0x4
 _IDLE = 0x1
 #: Below this share of its maximum under load, with no reason given, something holds the
-#: SM clock down (locked clocks).  A healthy GPU reports why it runs lower: an H200 under the
-#: check's matrix products read 1575-1605 of 1980 MHz with "software power cap" set
-#: (benchmarks/doctor.md), and 1980 right after a burst of them (.library KINDS.md).
+#: SM clock down (locked clocks).  A healthy GPU reports why it runs lower: an H200 and an
+#: H100 under the check's matrix products read 1560-1605 of 1980 MHz with "software power
+#: cap" set (benchmarks/doctor.md).
 CLOCK_SHARE = 0.90
 
 

@@ -217,7 +217,7 @@ def _system_lines(check: Check) -> list[str]:
 def _floor_line(f: Floor) -> str:
     value = (f"{f.value * 1e3:.3f} ms" if f.unit == "s" else f"{f.value:.4g} {f.unit}")
     how = "with the host-speed control" if f.controlled else "no control"
-    return (f"  {FLOOR_LABELS.get(f.kind, f.kind):<22} {pct(f.detectable):>7}   "
+    return (f"  {floor_label(f):<22} {pct(f.detectable):>7}   "
             f"({f.measurements} measurements of {f.metric}, {value}, spread {pct(f.spread)}, "
             f"{how}; {f.what}{_others(f.load)})")
 
