@@ -120,6 +120,20 @@ OUTPUTS_KEY = pytest.StashKey[Outputs]()
 ENVIRONMENTS_KEY = pytest.StashKey[dict[str, Environment]]()
 
 
+class DistperfHooks:
+    """The hooks the plugin calls, for a conftest or another plugin to implement."""
+
+    def pytest_distperf_report_sections(self, config: pytest.Config) -> dict[str, Any]:
+        """Named sections to add to the ``--distperf-json`` report (under ``sections``),
+        each a JSON-ready dict; the runner check (``--pyargs pytest_distperf.doctor``) adds
+        ``runner_check``."""
+        return {}
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(DistperfHooks)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("distperf", "distributed performance tests (pytest-distperf)")
     for flag, ini, kind, help_text in _OPTIONS:
@@ -380,9 +394,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     for key in (ENVIRONMENTS_KEY, _XDIST_ENVIRONMENTS):
         found: dict[str, Environment] = config.stash.get(key, {})
         environments.update(found)
+    sections: dict[str, Any] = {}
+    for found in config.hook.pytest_distperf_report_sections(config=config):
+        sections.update(found or {})
     for message in write_outputs(config.stash[OUTPUTS_KEY], records, header=session.header(),
                                  environments=list(environments.values()),
-                                 start_dir=config.invocation_params.dir):
+                                 start_dir=config.invocation_params.dir, sections=sections):
         terminalreporter.write_line(message.text, red=message.error)
 
 

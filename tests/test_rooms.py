@@ -30,6 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"analysis", "results", "records", "config", "common"},
     "fixtures": {"pool", "rank", "analysis", "results", "records", "config", "common"},
     "suite": {"fixtures", "analysis", "config"},
+    "doctor": {"fixtures", "results", "analysis", "verdict", "records", "config", "common"},
 }
 #: Rooms that import neither torch nor pytest, anywhere: they test fast and run anywhere.
 PURE = {"common", "config", "records", "results", "analysis", "verdict", "report"}

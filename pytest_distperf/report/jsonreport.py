@@ -42,16 +42,20 @@ def environment_dict(env: Environment) -> dict[str, Any]:
 
 
 def document(records: Sequence[TestRecord], *, header: str,
-             environments: Sequence[Environment] = ()) -> dict[str, Any]:
+             environments: Sequence[Environment] = (),
+             sections: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The report as JSON-ready data.  A figure that is NaN or infinite becomes null: JSON has
-    no such numbers, and a report other tools cannot parse is no report."""
+    no such numbers, and a report other tools cannot parse is no report.  ``sections``: named
+    parts added by a conftest or a plugin (``pytest_distperf_report_sections``)."""
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "header": header,
         "environments": [environment_dict(e) for e in environments],
         "tests": [record_to_dict(r) for r in records],
     }
-    if not records:
+    if sections:
+        data["sections"] = dict(sections)
+    if not records and not sections:
         data["note"] = NOTHING_MEASURED
     finite: dict[str, Any] = _finite(data)
     return finite
@@ -62,10 +66,12 @@ def dumps(data: Mapping[str, Any]) -> str:
 
 
 def write_json(path: Path, records: Sequence[TestRecord], *, header: str,
-               environments: Sequence[Environment] = ()) -> None:
+               environments: Sequence[Environment] = (),
+               sections: Mapping[str, Any] | None = None) -> None:
     """Write the report atomically (a temp file renamed into place), creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, dumps(document(records, header=header, environments=environments)))
+    write_atomically(path, dumps(document(records, header=header, environments=environments,
+                                          sections=sections)))
 
 
 def read_json(path: Path) -> tuple[dict[str, Any], list[TestRecord]]:

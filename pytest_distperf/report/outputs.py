@@ -15,6 +15,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_distperf.common.files import append_text, write_atomically
 from pytest_distperf.records import Environment, TestRecord
@@ -71,10 +72,11 @@ class _Writer:
 
 def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: str,
                   environments: Sequence[Environment] = (), env: Mapping[str, str] | None = None,
-                  start_dir: Path | None = None) -> list[Message]:
+                  start_dir: Path | None = None,
+                  sections: Mapping[str, Any] | None = None) -> list[Message]:
     """Write every output asked for; a line for each.  ``env``: the process environment (for
     the CI run's link); ``start_dir``: where pytest was started (paths are shown relative to
-    it)."""
+    it); ``sections``: named sections for the JSON report."""
     env = os.environ if env is None else env
     out = _Writer(start_dir)
     plots = outputs.plots_dir
@@ -97,7 +99,8 @@ def write_outputs(outputs: Outputs, records: Sequence[TestRecord], *, header: st
     json_path = outputs.json_path
     # asked for: written even when nothing was measured
     if json_path is not None and out.attempt("JSON report", json_path, lambda: write_json(
-            json_path, records, header=header, environments=environments)) is not None:
+            json_path, records, header=header, environments=environments,
+            sections=sections)) is not None:
         out.say(f"distperf: JSON report written to {json_path}")
         out.artifacts.append(("JSON report", out.shown(json_path)))
     if outputs.trace_dir is not None and outputs.trace_dir.is_dir():

@@ -245,11 +245,18 @@ def detectable_change(base: StoredMetric, *, compared: int, alpha: float,
     levels = adjusted_levels(points, control_slope(times, []), _CONTROL_ESTIMATOR_QUANTILE)
     if not all(math.isfinite(v) for v in levels):
         return None
+    return change_told(levels, base.higher_is_better, compared=compared, alpha=alpha,
+                       power=power)
+
+
+def change_told(levels: Sequence[float], higher_is_better: bool, *, compared: int,
+                alpha: float, power: float) -> Detectable:
+    """:func:`detectable_change` from the measurements' figures (logs) themselves."""
     centre = statistics.median(levels)
     s = _MAD_TO_SD * statistics.median(abs(v - centre) for v in levels)
     normal = statistics.NormalDist()
     z = normal.inv_cdf(1.0 - alpha) + normal.inv_cdf(power)
     log_change = z * s * math.sqrt(1.0 / compared + 1.0 / len(levels))
     # in the metric's own terms: a time that much longer, a rate that much lower
-    change = -math.expm1(-log_change) if base.higher_is_better else math.expm1(log_change)
+    change = -math.expm1(-log_change) if higher_is_better else math.expm1(log_change)
     return Detectable(s, len(levels), change, power)

@@ -39,6 +39,7 @@ from pytest_distperf.verdict.readings import (
     IN_PROPORTION,
     Detectable,
     Reading,
+    change_told,
     detectable_change,
     read,
     without_outliers,
@@ -386,6 +387,12 @@ def detectable(base: StoredMetric) -> Detectable | None:
     (:func:`~.readings.detectable_change`)."""
     return detectable_change(base, compared=_CONTROL_MEASUREMENTS, alpha=_ALPHA,
                              power=_DETECTABLE_POWER)
+
+
+def detectable_levels(levels: Sequence[float], higher_is_better: bool) -> Detectable:
+    """:func:`detectable` from measurements' figures (logs) without a control."""
+    return change_told(levels, higher_is_better, compared=_CONTROL_MEASUREMENTS,
+                       alpha=_ALPHA, power=_DETECTABLE_POWER)
 
 
 def _confidence(verdict: str, a: Assessment) -> float | None:
