@@ -245,8 +245,7 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
     * comm overhead: (step - compute) / step, clamped to 0..1 (0 without no-sync samples),
       from the ``COMPUTE_QUANTILE`` of both per-step series rather than their medians;
     * per rank: compute = the ``COMPUTE_QUANTILE`` of its no-sync steps; blocked = the median
-      of (its synchronised step - its no-sync step); wait = blocked - the least blocked rank's
-      (the rank the others wait for waits least);
+      of (synchronised - no-sync step); wait = blocked - the least blocked rank's;
     * total communication: the least-waiting rank's per-step comm time (comm hook); overlap =
       1 - exposed / total; buckets: the most any rank's comm hook saw in a step;
     * ``comm_counts``: one step's collectives, counted from its trace, kept as they are;

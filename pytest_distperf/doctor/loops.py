@@ -72,7 +72,7 @@ def timed_loop(fn: Callable[[], Any], warmup: int, iters: int) -> list[float]:
 
 # -- the workloads -------------------------------------------------------------------------
 def matmuls(reps: int) -> None:
-    """``reps`` products of two square matrices: 256 float32 on CPU (R42's workload in
+    """``reps`` products of two square matrices: 256 float32 on CPU (the workload of
     benchmarks/verdict_quality.md), 4096 bf16 on a GPU."""
     import torch
 

@@ -94,7 +94,7 @@ def _joined(items: Sequence[str], last: str = " and ") -> str:
 def load_problem(load: Load | None) -> str:
     """What other processes did, in a sentence; "" when they took less than the noise
     probe's limit (``OTHER_LOAD_LIMIT``: a tenth of the machine, which a neighbour busy
-    30% of the time reaches on 2 cores: benchmarks/verdict_quality.md, R18)."""
+    30% of the time reaches on 2 cores: benchmarks/verdict_quality.md)."""
     if load is None or load.other_load is None or load.other_load <= OTHER_LOAD_LIMIT:
         return ""
     cores = load.other_load * load.cpus

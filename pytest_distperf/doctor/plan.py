@@ -4,9 +4,9 @@
 The full check repeats each kind of metric as a save does (twelve measurements, half a
 second apart: ``--distperf-save-measurements``' default and ``SAVE_PAUSE_S``), on the
 workloads whose floors the benchmarks measured, so that its figures can be set beside
-theirs: a 4 MiB all-reduce with a second of calls per measurement (R69 in
-benchmarks/verdict_quality.md), 256x256 matrix products 60 times per iteration (R42, R44),
-the small GPT of benchmarks/ddp_verdicts.md (R70); and ``bench`` at 16 MiB against a bare
+theirs: a 4 MiB all-reduce with a second of calls per measurement and 256x256 matrix
+products 60 times per iteration (benchmarks/verdict_quality.md), the small GPT of
+benchmarks/ddp_verdicts.md; and ``bench`` at 16 MiB against a bare
 loop in many short rounds (benchmarks/fidelity.md).
 """
 
@@ -34,7 +34,7 @@ class GptShape:
     bf16: bool = False
 
 
-#: benchmarks/ddp_verdicts.md's model (R70: a 33 ms step on 2 gloo ranks here).
+#: benchmarks/ddp_verdicts.md's model (a 33 ms step on 2 gloo ranks on a 2-core VM).
 CPU_GPT = GptShape()
 #: On a GPU the CPU model's step would be the host's launches (benchmarks/gpu.md): wider.
 GPU_GPT = GptShape(vocab=8192, dim=1024, layers=4, heads=16, batch=16, seq=256, bf16=True)
@@ -59,8 +59,8 @@ class Plan:
     floor_iters: int = 20  # measure()'s default
     floor_steps: int = 10
     warmup: int = 2
-    #: matrix products per measured call: R42's 60 of 256x256 float32 on CPU (22-28 ms
-    #: here), 8 of 4096x4096 bf16 on a GPU (about 1 ms)
+    #: matrix products per measured call: verdict_quality.md's 60 of 256x256 float32 on CPU
+    #: (22-28 ms on a 2-core VM), 8 of 4096x4096 bf16 on a GPU (about 1 ms)
     reps: int = 60
     gpt: GptShape = CPU_GPT
 
