@@ -152,8 +152,8 @@ def all_advice(check: Check) -> list[Advice]:
     configuration's ratios are too short to warn on."""
     out = list(check.advice) + load_advice(check.load)
     if not check.quick:
-        for fid in check.fidelity:
-            out += fidelity_advice(fid, busy=bool(load_problem(check.load)))
+        for fid in check.fidelity:  # busy: during that part, else the whole check
+            out += fidelity_advice(fid, busy=bool(load_problem(fid.load or check.load)))
     return out
 
 
