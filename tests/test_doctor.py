@@ -286,6 +286,9 @@ def test_fidelity_warns_outside_the_band_and_says_whose_fault_it_may_be() -> Non
     assert "the machine's noise" in machine.action
     (busy,) = page.fidelity_advice(fid(0.63, 1.05), busy=True)
     assert "far beyond" in busy.action and "other processes were busy" in busy.action
+    (loaded,) = page.fidelity_advice(fid(0.777, 0.875), busy=True)  # run E, benchmarks/doctor.md
+    assert "with other processes busy: the machine's noise" in loaded.action
+    assert "far beyond" in page.fidelity_advice(fid(0.777, 0.875))[0].action
 
 
 def whole_check(quick: bool = False, other: float = 0.01) -> Check:
