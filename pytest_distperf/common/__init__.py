@@ -1,5 +1,5 @@
 """Small helpers every room shares: quantiles, time intervals, atomic files, ``/proc``,
-mesh layouts, records as plain data.
+bandwidths, mesh layouts, records as plain data.
 
 The rule: standard library only; nothing here imports anything of pytest-distperf, so any
 room may import it, the rank processes included.
@@ -8,6 +8,7 @@ room may import it, the rank processes included.
 * :mod:`~pytest_distperf.common.intervals`: merge, clip and measure ``(start, end)`` spans;
 * :mod:`~pytest_distperf.common.files`: file names from node ids, atomic writes;
 * :mod:`~pytest_distperf.common.procs`: the process table from ``/proc`` (Linux);
+* :mod:`~pytest_distperf.common.bandwidth`: nccl-tests' algbw and busbw factors;
 * :mod:`~pytest_distperf.common.layout`: mesh layouts: a rank's coordinates, which batch it
   trains on, which rank counts for its group;
 * :mod:`~pytest_distperf.common.plaindata`: ``to_dict``/``from_dict``, a record tree as JSON-ready
