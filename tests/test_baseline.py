@@ -18,6 +18,7 @@ import tomli_w
 from pytest_distperf import verdict as bl
 from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
 from pytest_distperf.records import (
+    EXACT,
     Environment,
     Measured,
     Measurement,
@@ -602,6 +603,11 @@ def test_saving_keeps_the_best_window(tmp_path: Path) -> None:
     assert noisy.wanted() == []
     (v,) = noisy.verdicts()
     assert f"saved from a noisy measurement ({BUSY_REASON})" in v.detail
+    counted = judgement(None, Metric("comm.all_reduce.calls", 1.0, "calls/step", False, (1.0,),
+                                     kind=EXACT), save=True)
+    counted.measured["comm.all_reduce.calls"][0] = window((1.0,), BUSY, 1.0)
+    (v,) = counted.verdicts()
+    assert v.verdict == bl.SAVED and "noisy" not in v.detail  # a count needs no quiet host
 
 
 def test_a_save_judges_a_spread_against_its_own_measurements() -> None:

@@ -354,7 +354,8 @@ class Save(Judgement):
             detail = explain.saved_exact(sorted({x.value for x in self.measured[name]}), count)
         # what its comparisons can tell (None without the control or 3 measurements)
         told = detectable(new) if metric.kind == MEASURED else None
-        noisy = self.noise_of(name, m)
+        # a count does not depend on the host: no advice to re-save it on a quieter one
+        noisy = self.noise_of(name, m) if metric.kind != EXACT else []
         detail = "; ".join(filter(None, (
             detail, explain.detectable(told, self.tolerance),
             explain.saved_noisy(noisy) if noisy else "")))
