@@ -105,6 +105,33 @@ def test_device_summary_says_when_devices_differ() -> None:
     assert cpu == "2 x Xeon"
 
 
+def test_a_timing_with_shares_says_what_ran_and_names_differing_devices() -> None:
+    from pytest_distperf.analysis.analyzer import analyze_steps
+    from pytest_distperf.analysis.shares import with_shares
+    from pytest_distperf.records import Measurement, RankStep, TestRecord
+    from pytest_distperf.report.terminal import finding_lines
+
+    def rank(r: int, rows: int, compute: float, calibration: float) -> RankStep:
+        return RankStep(rank=r, batch_size=rows, forward_s=(0.01,) * 3, backward_s=(0.02,) * 3,
+                        optimizer_s=(0.001,) * 3, step_s=(0.1,) * 3,
+                        no_sync_step_s=(compute,) * 3, calibration_s=(calibration,) * 6)
+
+    # calibrated on an even split (50 vs 100 ms), then still unbalanced with 16 and 8 rows
+    timing = analyze_steps([rank(0, 16, 0.05, 0.05), rank(1, 8, 0.08, 0.1)])
+    devices = device_summary([{"rank": 0, "device_model": "A"}, {"rank": 1, "device_model": "B"}])
+    shared = with_shares(timing, shared=True, devices=devices)
+    assert shared.shares_used == (16 / 24, 8 / 24)
+    assert shared.imbalance_before == pytest.approx(0.05 / 0.075)
+    (imbalance,) = [b for b in shared.bottlenecks if b.kind == "imbalance"]
+    assert imbalance.description.endswith(devices)
+    lines = finding_lines(TestRecord("t.py::t", 2, [Measurement("x", (), shared)], [], []))
+    assert lines[0] == f"    devices: {devices}"
+    plain = with_shares(timing, shared=False, devices="2 x A")
+    assert plain.shares_used == () and plain.devices == "2 x A"
+    assert not any(line.startswith("    devices") for line in finding_lines(
+        TestRecord("t.py::t", 2, [Measurement("x", (), plain)], [], [])))
+
+
 # -- on real ranks ---------------------------------------------------------------------------
 MODULE = r'''
 import json

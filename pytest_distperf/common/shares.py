@@ -8,6 +8,7 @@ same functions.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 #: The smallest share of the global batch any rank is given or may be given.
@@ -37,7 +38,7 @@ def check_shares(value: object, world_size: int,
     if len(value) != world_size:
         raise ValueError(f"{what}={value!r} has {len(value)} shares for {world_size} ranks: "
                          f"give one per rank")
-    bad = [s for s in value if isinstance(s, bool) or not isinstance(s, (int, float))
+    bad = [s for s in value if isinstance(s, bool) or not isinstance(s, numbers.Real)
            or not math.isfinite(s)]
     if bad:
         raise TypeError(f"{what}={value!r}: {bad[0]!r} is not a finite number")
