@@ -425,6 +425,7 @@ class RankStep:
     flops: int = 0
     #: with a mesh, the collectives of the counted step by mesh dimension (exact)
     mesh_comm: tuple[DimComm, ...] = ()
+    calibration_s: tuple[float, ...] = ()  # batch_shares="auto": its no-sync calibration steps
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted
     census: bytes = dataclasses.field(default=b"", repr=False,

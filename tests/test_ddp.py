@@ -423,7 +423,8 @@ class RecordingGroup:
         self.world_size = world_size
         self.device_type = "cpu"
         self.flops = 0  # per rank and step, as the ranks would count them
-        self.engine = SimpleNamespace(world_size=available)
+        self.engine = SimpleNamespace(world_size=available, rank_info=lambda: [
+            {"rank": r, "device_model": "cpu"} for r in range(available)])
         self.calls: list[tuple[str, int]] = []
         self.recorded: list[tuple[str, list, object, object]] = []
         self.fresh_ranks: list[bool] = []  # whether each may be re-measured on fresh ranks

@@ -12,7 +12,9 @@ files, so they are tested on synthetic and recorded data without ranks.
   theory, each stage's busy time, the slowest stage;
 * :mod:`~pytest_distperf.analysis.findings`: the rules that name a bottleneck and its fix;
 * :mod:`~pytest_distperf.analysis.topology`: ranks by node, slow links, slow pairs and the
-  ranks they point to;
+  ranks they point to; the ranks' devices, and whether they differ;
+* :mod:`~pytest_distperf.analysis.shares`: a step timed with batch shares: the shares used,
+  the imbalance before and after;
 * :mod:`~pytest_distperf.analysis.hardware`: data-sheet peaks of known GPUs;
 * :mod:`~pytest_distperf.analysis.traces`: the profiler's traces, merged and analysed.
 """

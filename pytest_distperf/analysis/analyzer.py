@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from pytest_distperf.analysis.findings import (
-    MIN_BATCH_SHARE,
     balance_bottlenecks,
     communication_bottlenecks,
     launch_bottlenecks,
@@ -38,6 +37,7 @@ from pytest_distperf.common.quantiles import (
     quantile,
     quantile_or_nan,
 )
+from pytest_distperf.common.shares import batch_shares
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.results.group import NodeSplit, PairMatrix
 from pytest_distperf.fixtures.results.steps import (
@@ -200,37 +200,6 @@ def paired_steps(rows: Sequence[Sequence[float]]) -> Paired | None:
     # the same per-step figures as the imbalance metric's samples
     return Paired(median_or_nan(_imbalance_per_step(rows)),
                   tuple(median_or_nan(e) if e else None for e in excess))
-
-
-def batch_shares(throughput: Sequence[float | None],
-                 min_share: float = MIN_BATCH_SHARE) -> tuple[float, ...]:
-    """Per-rank shares of the global batch proportional to measured throughput, each at least
-    ``min_share``, summing to 1.
-
-    Ranks without a usable throughput get the mean of the others'; with none usable, or when
-    ``min_share`` leaves no room (n * min_share >= 1), the shares are equal.
-    """
-    n = len(throughput)
-    if n == 0:
-        return ()
-    values = [float(t) if t is not None and math.isfinite(float(t)) and float(t) > 0 else None
-              for t in throughput]
-    known = [v for v in values if v is not None]
-    if not known or n * min_share >= 1.0:
-        return tuple([1.0 / n] * n)
-    fill = sum(known) / len(known)
-    weights = np.array([v if v is not None else fill for v in values], dtype=float)
-    fixed = np.zeros(n, dtype=bool)
-    shares = weights / weights.sum()
-    while True:
-        low = (shares < min_share) & ~fixed
-        if not low.any():
-            break
-        fixed |= low
-        free = ~fixed
-        shares[fixed] = min_share
-        shares[free] = weights[free] / weights[free].sum() * (1.0 - min_share * fixed.sum())
-    return tuple(float(s) for s in shares)
 
 
 # -- the step timer ------------------------------------------------------------------------

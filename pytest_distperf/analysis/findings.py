@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from pytest_distperf.analysis.topology import SLOW_LINK_RATIO, ranks_by_node
 from pytest_distperf.common.quantiles import median_or_nan
+from pytest_distperf.common.shares import MIN_BATCH_SHARE, pasteable
 from pytest_distperf.config import format_bytes, resolve_thresholds
 from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.group import NodeSplit
@@ -25,8 +26,6 @@ from pytest_distperf.fixtures.results.steps import (
     ScalingPoint,
 )
 
-#: The smallest share of the global batch a rebalancing suggestion gives any rank.
-MIN_BATCH_SHARE = 0.05
 #: Below this overlap (hidden / total communication) a communication-heavy span is flagged.
 MIN_OVERLAP = 0.5
 #: Exposed communication below this fraction of the span is never worth a low-overlap
@@ -251,7 +250,8 @@ def imbalance_suggestion(ranks: Sequence[int], shares: Sequence[float]) -> str:
     if shares:
         text = (f"rebalance the per-rank batch to {format_shares(shares)} of the global batch "
                 f"(proportional to measured throughput, each at least "
-                f"{MIN_BATCH_SHARE:.0%}); ")
+                f"{MIN_BATCH_SHARE:.0%}: ddp_step_timer(..., batch_shares={pasteable(shares)}), "
+                f"or batch_shares='auto' to measure them first); ")
     who = ", ".join(map(str, ranks))
     if not ranks:
         return text + GENERIC_SUGGESTIONS["imbalance"]

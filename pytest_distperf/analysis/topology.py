@@ -1,4 +1,5 @@
-"""Which node each rank runs on, and the pair matrix of ``bench_pairs`` seen node by node.
+"""Which node each rank runs on, the pair matrix of ``bench_pairs`` seen node by node, and
+the devices of the ranks (:func:`device_summary`).
 
 Ranks on one node talk through the node's own memory or loopback; ranks on different nodes
 talk through the network.  :func:`split_by_node` keeps the two apart: intra-node and
@@ -168,3 +169,28 @@ def suspect_ranks(matrix: PairMatrix, ratio: float = SLOW_PAIR_RATIO) -> list[in
     own = 2 * (matrix.world_size - 1)  # pairs each rank is in (as sender or receiver)
     return [rank for rank in range(matrix.world_size)
             if 4 * sum(1 for pair in slow if rank in pair) >= 3 * own]
+
+
+# -- devices ---------------------------------------------------------------------------------
+#: How a device summary begins when the ranks' devices are not all alike.
+DIFFER = "the ranks' devices differ"
+
+
+def device_summary(info: Sequence[Mapping[str, Any]]) -> str:
+    """The ranks' devices in a line (``info``: each rank's facts, ``rank_info()``): each kind
+    of device (model, memory where it is a GPU's) with how many ranks have it, and which
+    ranks where they differ (:data:`DIFFER` begins the line then)."""
+    kinds: dict[tuple[str, int], list[int]] = {}
+    for i, facts in enumerate(info):
+        key = (str(facts.get("device_model") or "unknown device"),
+               int(facts.get("device_memory_bytes") or 0))
+        kinds.setdefault(key, []).append(int(facts.get("rank", i)))
+    parts = []
+    for (model, memory), ranks in kinds.items():
+        size = f", {memory / 2**30:.0f} GiB" if memory else ""
+        which = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+        parts.append(f"{len(ranks)} x {model}{size}{which if len(kinds) > 1 else ''}")
+    if len(kinds) < 2:
+        return "".join(parts)
+    return (f"{DIFFER}: {'; '.join(parts)}: their compute may differ as much "
+            f"(batch_shares='auto' splits the batch by measured throughput)")

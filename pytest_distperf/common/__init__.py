@@ -9,6 +9,8 @@ room may import it, the rank processes included.
 * :mod:`~pytest_distperf.common.files`: file names from node ids, atomic writes;
 * :mod:`~pytest_distperf.common.procs`: the process table from ``/proc`` (Linux);
 * :mod:`~pytest_distperf.common.bandwidth`: nccl-tests' algbw and busbw factors;
+* :mod:`~pytest_distperf.common.shares`: per-rank shares of a global batch: checked, from
+  throughput, as rows;
 * :mod:`~pytest_distperf.common.layout`: mesh layouts: a rank's coordinates, which batch it
   trains on, which rank counts for its group;
 * :mod:`~pytest_distperf.common.plaindata`: ``to_dict``/``from_dict``, a record tree as JSON-ready

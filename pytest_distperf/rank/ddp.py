@@ -24,7 +24,9 @@ from typing import Any
 
 from pytest_distperf.common.intervals import union_length
 from pytest_distperf.common.layout import Layout, data_index
+from pytest_distperf.common.shares import AUTO
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
+from pytest_distperf.rank.shares import CALIBRATION_STEPS, Feed, calibrate
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, CommCall, DimComm, RankStep
 
@@ -64,6 +66,9 @@ class StepSpec:
     mesh: Layout = ()
     parallelize: Callable[[Any, Any], Any] | None = None  # the user's (model, mesh) -> model
     tp_plan: Any = None  # the built-in TP: parallelize_module's plan on the ``tp`` dimension
+    #: each rank's share of batch_fn's global batch (:mod:`~pytest_distperf.rank.shares`),
+    #: or "auto" (measured first); (): every rank trains on its batch_fn(rank)
+    batch_shares: tuple[float, ...] | str = ()
 
 
 class _BucketTimer:
@@ -128,10 +133,14 @@ class Built:
     no_sync: Callable[[], Any]  # a context manager factory that turns gradient sync off
     optimizer: Any
     forward: Callable[[], Any]  # forward pass and loss on this rank's batch: the loss
-    batch_size: int
+    feed: Feed  # this rank's batch, its rows and its loss's weight
     clock: Clock
     timer: _BucketTimer | None  # the bucket-timing comm hook, where there is one
     layout: Layout = ()  # the mesh layout of ``mesh=``, () without one
+
+    @property
+    def batch_size(self) -> int:
+        return self.feed.size
 
     def train_step(self) -> None:
         """One plain step: forward, backward, optimizer step."""
@@ -160,8 +169,7 @@ def build(spec: StepSpec) -> Built:
     set_phase("ddp_step_timer: building the batch")
     # with a mesh, the ranks of a TP or PP group share one batch: batch_fn(data-parallel index)
     which = data_index(spec.mesh, rank) if spec.mesh else rank
-    batch, batch_size = prepare_batch(spec.batch_fn(which), device, rank, world,
-                                       spec.split_batch)
+    feed = _feed(spec, spec.batch_fn(which), device, rank, world)
     mesh = None
     if spec.mesh:
         wrapped, no_sync, mesh = _parallelize(model, spec, device)
@@ -189,10 +197,33 @@ def build(spec: StepSpec) -> Built:
     loss_fn = spec.loss_fn or default_loss
 
     def forward() -> Any:
+        batch = feed.batch
         out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
-        return loss_fn(out)
+        loss = loss_fn(out)
+        return loss * feed.weight if feed.weight != 1.0 else loss
 
-    return Built(wrapped, no_sync, optimizer, forward, batch_size, clock, timer, spec.mesh)
+    return Built(wrapped, no_sync, optimizer, forward, feed, clock, timer, spec.mesh)
+
+
+def _feed(spec: StepSpec, batch: Any, device: Any, rank: int, world: int) -> Feed:
+    """This rank's batch: ``batch`` as it is, its even part (strong scaling), or its share of
+    it (``batch_shares``; "auto" starts even)."""
+    if not spec.batch_shares:
+        return Feed(*prepare_batch(batch, device, rank, world, spec.split_batch))
+    shares = ((1.0 / world,) * world if isinstance(spec.batch_shares, str)
+              else spec.batch_shares)
+    whole, _ = prepare_batch(batch, device, rank, world, False)
+    return Feed.shared(whole, shares, rank, mean_loss=spec.loss_fn is not None)
+
+
+def _rebalance(built: Built, rank: int) -> tuple[float, ...]:
+    """``batch_shares="auto"``: time the calibration steps, cut this rank's batch by the
+    shares they give, and warm up once at the new shapes; this rank's calibration times."""
+    shares, times = calibrate(lambda k: _timed_step(built, False, k, CALIBRATION_STEPS)[0][3],
+                              built.batch_size, built.clock.device)
+    built.feed.reshare(shares, rank)
+    _warm_up(built, 1)
+    return times
 
 
 def _parallelize(model: Any, spec: StepSpec, device: Any) -> tuple[Any, Callable[[], Any], Any]:
@@ -313,6 +344,7 @@ def _measure(spec: StepSpec) -> RankStep:
     rank, world = dist.get_rank(), dist.get_world_size()
     built = build(spec)
     _warm_up(built, spec.warmup)
+    calibration = _rebalance(built, rank) if spec.batch_shares == AUTO else ()
     phases: list[tuple[float, float, float, float]] = []
     no_sync_s: list[float] = []
     comm: list[CommCall] = []
@@ -351,7 +383,7 @@ def _measure(spec: StepSpec) -> RankStep:
         buckets=max(bucket_counts) if bucket_counts else None, census=census,
         control_s=tuple(check.compute_s) if check is not None else (),
         memory_control_s=tuple(check.memory_s) if check is not None else (), flops=flops,
-        mesh_comm=mesh_comm)
+        mesh_comm=mesh_comm, calibration_s=calibration)
 
 
 def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:

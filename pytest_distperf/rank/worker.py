@@ -317,9 +317,12 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         "bound_cores": 0,
         "nccl_version": "",
         "device_model": _cpu_model() or platform.processor() or platform.machine(),
+        "device_memory_bytes": 0,  # a GPU's memory; 0 on CPU ranks, which share the host's
     }
     if backend == "nccl" and device_index is not None:
         info["device_model"] = torch.cuda.get_device_name(device_index)
+        info["device_memory_bytes"] = int(
+            torch.cuda.get_device_properties(device_index).total_memory)
         with contextlib.suppress(Exception):
             info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
     return info

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from pytest_distperf.analysis.topology import SLOW_PAIR_RATIO, slow_pairs, suspect_ranks
+from pytest_distperf.analysis.topology import DIFFER, SLOW_PAIR_RATIO, slow_pairs, suspect_ranks
 from pytest_distperf.config import format_bytes
 from pytest_distperf.fixtures.results.group import CollectiveResult, PairMatrix
 from pytest_distperf.records import VERDICT_ORDER, Metric, TestRecord, Verdict
@@ -127,9 +127,14 @@ def junit_properties(record: TestRecord) -> list[tuple[str, str]]:
 
 
 def finding_lines(record: TestRecord) -> list[str]:
-    """The analyzer's findings (``bottlenecks``) of the test's results, one line each."""
+    """The analyzer's findings (``bottlenecks``) of the test's results, one line each; first
+    the ranks' devices, where a result says they differ."""
     lines: list[str] = []
     for measurement in record.measurements:
+        devices = getattr(measurement.result, "devices", "")
+        if isinstance(devices, str) and devices.startswith(DIFFER):
+            line = f"    devices: {devices}"
+            lines += [line] if line not in lines else []
         for b in getattr(measurement.result, "bottlenecks", ()):
             where = f", ranks {', '.join(map(str, b.ranks))}" if b.ranks else ""
             lines.append(f"    finding: {b.kind} ({b.severity}{where}): {b.description}")

@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_distperf.analysis.analyzer import batch_shares, load_balance
+from pytest_distperf.analysis.analyzer import load_balance
 from pytest_distperf.analysis.findings import (
     PROFILED_CALL,
     balance_bottlenecks,
@@ -28,6 +28,7 @@ from pytest_distperf.analysis.traces.rank_timeline import Timeline, timelines
 from pytest_distperf.common.files import file_stem
 from pytest_distperf.common.intervals import intersection_length, total_length
 from pytest_distperf.common.quantiles import median_or_nan
+from pytest_distperf.common.shares import batch_shares
 from pytest_distperf.config import format_bytes, resolve_thresholds
 from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.profile import (
