@@ -467,7 +467,7 @@ class RankPipeline:
     busy_s: tuple[float, ...]
     forward_s: tuple[float, ...]
     backward_s: tuple[float, ...]
-    chunks: tuple[Chunk, ...] = ()  # the last timed step's actions, in order
+    step_chunks: tuple[tuple[Chunk, ...], ...] = ()  # per timed step, its actions in order
     control_s: tuple[float, ...] = ()  # the host-speed control after each step (CPU)
     memory_control_s: tuple[float, ...] = ()
     peak_memory_bytes: int = 0
@@ -475,6 +475,11 @@ class RankPipeline:
     device: str = ""
     flops: int = 0  # of one counted step on this rank (0: not counted)
     mesh_comm: tuple[DimComm, ...] = ()  # of the counted step, by mesh dimension
+
+    @property
+    def chunks(self) -> tuple[Chunk, ...]:
+        """The last timed step's actions, in order."""
+        return self.step_chunks[-1] if self.step_chunks else ()
 
 
 # -- dist_profiler: merged multi-rank traces and what they show ------------------------------

@@ -250,12 +250,13 @@ def _measure(spec: PipelineSpec) -> RankPipeline:
     busy: list[float] = []
     forward: list[float] = []
     backward: list[float] = []
-    chunks: list[Chunk] = []
+    step_chunks: list[tuple[Chunk, ...]] = []
     peak_rss = rss_bytes()
     for k in range(spec.steps):
         span, whole, chunks = _step(pipe, f"{name}: step {k + 1}/{spec.steps}")
         spans.append(span)
         steps.append(whole)
+        step_chunks.append(tuple(chunks))
         for out, kinds in ((busy, ("forward", "backward", "weight")), (forward, ("forward",)),
                            (backward, ("backward", "weight"))):
             out.append(sum(end - start for kind, _, _, start, end in chunks if kind in kinds))
@@ -268,7 +269,7 @@ def _measure(spec: PipelineSpec) -> RankPipeline:
         rank=dist.get_rank(), stages=tuple(pipe.indices),
         blocks=tuple(blocks_of(m) for m in pipe.modules), batch_size=pipe.batch_size,
         step_s=tuple(steps), schedule_s=tuple(spans), busy_s=tuple(busy),
-        forward_s=tuple(forward), backward_s=tuple(backward), chunks=tuple(chunks),
+        forward_s=tuple(forward), backward_s=tuple(backward), step_chunks=tuple(step_chunks),
         control_s=tuple(check.compute_s) if check is not None else (),
         memory_control_s=tuple(check.memory_s) if check is not None else (),
         peak_memory_bytes=peak, memory_source=source, device=str(pipe.clock.device),
