@@ -486,6 +486,9 @@ class RankPipeline:
 #: Name of the annotation the rank puts around the profiled call (the region the trace
 #: analysis measures).
 PROFILED_REGION = "distperf:profiled_call"
+#: The annotation around each forward, backward or weight-gradient chunk of a pipeline
+#: stage in a profiled call (``kind``: ``forward``, ``backward`` or ``weight``).
+PIPELINE_CHUNK = "pp stage {stage} {kind} mb {microbatch}"
 #: The prefix of the annotation around each step of a profiled call (``ProfilerStep#0``, ...):
 #: torch.profiler's own name for steps, which Holistic Trace Analysis reads.
 PROFILER_STEP = "ProfilerStep#"

@@ -370,6 +370,37 @@ def test_a_profile_by_mesh_dimension(dist_profiler):
     labels = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("mesh.")}
     assert labels == {"mesh.tp.all_reduce"}
     print("BODY-OK profile")
+
+
+def test_a_profile_of_a_pipeline(dist_profiler):
+    def setup():
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+        rank = dist.get_rank()
+        stage = PipelineStage(torch.nn.Linear(WIDTH, WIDTH), rank, 2, torch.device("cpu"))
+        return ScheduleGPipe(stage, n_microbatches=4, loss_fn=lambda out, target: out.sum())
+
+    def step(schedule):
+        if dist.get_rank() == 0:
+            schedule.step(batch(0))
+        else:
+            schedule.step(target=torch.zeros(ROWS, WIDTH))
+
+    report = dist_profiler(step, setup=setup, steps=2)
+    assert len(report.steps) == 2
+    for s in report.steps:  # each stage's microbatches, step by step
+        for index in (0, 1):
+            chunks = s.stage(index)
+            assert [(c.kind, c.microbatch) for c in chunks] == [
+                (kind, mb) for kind in ("forward", "backward") for mb in range(4)]
+            assert {c.rank for c in chunks} == {index}
+            assert all(0 <= c.start_s <= c.end_s for c in chunks)
+        # a microbatch's forward on stage 1 starts from stage 0's output
+        for first, second in zip(s.stage(0)[:4], s.stage(1)[:4], strict=True):
+            assert second.start_s >= first.end_s
+    trace = json.load(open(report.trace_path))
+    assert "pp stage 1 backward mb 3" in {e.get("name") for e in trace["traceEvents"]}
+    print("BODY-OK pipeline profile")
 '''
 
 
@@ -377,8 +408,10 @@ def test_dist_profiler_attributes_collectives_to_mesh_dimensions(
         pytester: pytest.Pytester) -> None:
     """``dist_profiler.mesh``: the collectives of a TP step on 2 gloo ranks counted on the
     ``tp`` dimension of the user's own mesh, recorded as ``profile.comm.tp.*``, and labelled
-    in the merged trace."""
+    in the merged trace.  A GPipe schedule's profile: each stage's microbatches in the
+    per-step view, and labelled in the trace."""
     pytester.makepyfile(test_prof="import json\n" + PROFILED)
     result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", *RUN, "-s")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])
+    result.stdout.fnmatch_lines(["*BODY-OK pipeline profile*"])

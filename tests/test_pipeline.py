@@ -18,6 +18,7 @@ from pytest_distperf.analysis.pipeline import (
     exposed_comm,
     microbatches_for,
 )
+from pytest_distperf.analysis.traces.stages import stage_chunks
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.pipeline import pipeline_metrics, plan
 from pytest_distperf.fixtures.results.pipeline import PipelineTiming
@@ -194,3 +195,13 @@ def test_a_pipelines_throughput_and_mfu_count_each_sample_and_flop_once(
     assert t.flops_per_step == flops
     mfu = dataclasses.replace(t, peak_flops=1e5).mfu
     assert mfu == pytest.approx(flops / t.step_time_s / (4 * 1e5))
+
+
+def test_a_profiles_stage_chunks_are_read_from_their_labels() -> None:
+    events = [("pp stage 1 backward mb 3", "user_annotation", 50.0, 60.0),
+              ("pp stage 1 forward mb 0", "user_annotation", 10.0, 20.0),
+              ("pp stage 1 forward mb 0", "gpu_user_annotation", 11.0, 19.0),  # a GPU copy
+              ("pp stage x forward mb 0", "user_annotation", 0.0, 1.0),
+              ("Forward 0", "user_annotation", 9.0, 21.0)]  # torch's own GPipe label
+    assert stage_chunks(events) == (("forward", 1, 0, 10.0, 20.0),
+                                    ("backward", 1, 3, 50.0, 60.0))

@@ -10,14 +10,16 @@ dimension and the FLOPs (:func:`_counted_step`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import Chunk, DimComm, RankPipeline
+from pytest_distperf.records import PIPELINE_CHUNK, Chunk, DimComm, RankPipeline
 
 #: A stage's methods that compute, and what each computes.
 CHUNK_METHODS = (("forward_one_chunk", "forward"), ("backward_one_chunk", "backward"),
@@ -46,6 +48,42 @@ class PipelineSpec:
     count_collectives: bool = True
 
 
+def _microbatch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """The microbatch a stage's chunk method was called for (its first argument)."""
+    return int(args[0] if args else kwargs.get("fwd_chunk_id", kwargs.get("bwd_chunk_id", -1)))
+
+
+@contextlib.contextmanager
+def labelled_chunks() -> Iterator[None]:
+    """While in it, every pipeline stage's forward, backward and weight-gradient chunk runs
+    in a :data:`~pytest_distperf.records.PIPELINE_CHUNK` range (``pp stage 1 forward mb
+    3``), which a profile's trace shows: the stage's methods are wrapped on the class."""
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+    from torch.profiler import record_function
+
+    originals = {method: getattr(_PipelineStageBase, method) for method, _ in CHUNK_METHODS
+                 if hasattr(_PipelineStageBase, method)}
+
+    def labelled(original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
+            name = PIPELINE_CHUNK.format(stage=self.stage_index, kind=kind,
+                                         microbatch=_microbatch(args, kwargs))
+            with record_function(name):
+                return original(self, *args, **kwargs)
+
+        return chunk
+
+    kinds = dict(CHUNK_METHODS)
+    for method, original in originals.items():
+        setattr(_PipelineStageBase, method, labelled(original, kinds[method]))
+    try:
+        yield
+    finally:
+        for method, original in originals.items():
+            setattr(_PipelineStageBase, method, original)
+
+
 class _ChunkTimer:
     """Times every compute chunk of the stages it wraps (their methods, replaced on the
     instances) while ``active``: (kind, stage, microbatch, start, end) clock marks."""
@@ -69,9 +107,8 @@ class _ChunkTimer:
             try:
                 return original(*args, **kwargs)
             finally:
-                chunk = args[0] if args else kwargs.get("fwd_chunk_id",
-                                                        kwargs.get("bwd_chunk_id", -1))
-                self.marks.append((kind, index, int(chunk), start, self.clock.now()))
+                self.marks.append((kind, index, _microbatch(args, kwargs), start,
+                                   self.clock.now()))
 
         return timed
 
