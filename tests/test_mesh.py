@@ -19,11 +19,13 @@ from pytest_distperf.analysis.mesh import (
     samples_per_step,
 )
 from pytest_distperf.common.layout import coordinates, counted_once, data_index, dimension_of
+from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.mesh import check_parallelisation, layout_of
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
 from pytest_distperf.fixtures.steptimer import step_metrics
 from pytest_distperf.records import DimComm, RankStep, from_dict, to_dict
 from pytest_distperf.report.jsonreport import load_schema
+from pytest_distperf.verdict.thresholds import check_thresholds
 
 STEP = (0.1,) * 6
 DP = (("dp", 4),)
@@ -188,3 +190,18 @@ def test_exposed_communication_by_dimension_and_data_parallel_efficiency() -> No
     tp_only = on_mesh(plain, TP)  # no data-parallel dimension: no data-parallel figure
     assert tp_only.dp_efficiency is None
     assert tp_only.exposed_comm_by_dim == pytest.approx({"tp": 0.02})
+
+
+def test_the_tp_communication_limit_is_040_and_settable_like_the_others() -> None:
+    tp = (DimComm("tp", "all_reduce", 16, 4 << 20, 0.05),)
+    timing = on_mesh(analyze_steps([rank(r, comm=tp) for r in range(4)]), DP_TP)  # share 0.5
+    (breach,) = check_thresholds(step_metrics(timing), resolve_thresholds())
+    assert breach.describe().startswith(
+        "tp_comm_share = 0.500 exceeds max_tp_comm_share = 0.400")
+    assert "sequence parallelism" in breach.describe()
+    # a marker's (or the ini file's, or a baseline file's) limit: the same layers as any
+    assert check_thresholds(step_metrics(timing), resolve_thresholds(
+        {"max_tp_comm_share": 0.6})) == []
+    wider = on_mesh(analyze_steps([rank(r, comm=tp) for r in range(4)]), DP_TP,
+                    {"max_tp_comm_share": 0.6})
+    assert not [b for b in wider.bottlenecks if b.kind == "tp_communication"]

@@ -93,6 +93,13 @@ def test_too_few_microbatches_is_said_with_how_many_would_do() -> None:
     breaches = check_thresholds(pipeline_metrics(t), resolve_thresholds())
     assert [b.threshold for b in breaches] == ["min_pipeline_utilisation"]
     assert breaches[0].hint == bubble.suggestion
+    assert "pipeline.utilisation = 0.571 is below min_pipeline_utilisation = 0.700" in (
+        breaches[0].describe())
+    # a lower limit (marker, ini or baseline file): no breach, and no finding
+    assert check_thresholds(pipeline_metrics(t), resolve_thresholds(
+        {"min_pipeline_utilisation": 0.4})) == []
+    lower = analysed(ranks, layout=(("pp", 4),), min_pipeline_utilisation=0.4)
+    assert not [b for b in lower.bottlenecks if b.kind == "pipeline_bubble"]
 
 
 def test_an_excess_the_split_does_not_explain_points_at_the_sends() -> None:
