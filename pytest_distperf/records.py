@@ -476,18 +476,12 @@ class RankPipeline:
     flops: int = 0  # of one counted step on this rank (0: not counted)
     mesh_comm: tuple[DimComm, ...] = ()  # of the counted step, by mesh dimension
 
-    @property
-    def chunks(self) -> tuple[Chunk, ...]:
-        """The last timed step's actions, in order."""
-        return self.step_chunks[-1] if self.step_chunks else ()
-
 
 # -- dist_profiler: merged multi-rank traces and what they show ------------------------------
 #: Name of the annotation the rank puts around the profiled call (the region the trace
 #: analysis measures).
 PROFILED_REGION = "distperf:profiled_call"
-#: The annotation around each forward, backward or weight-gradient chunk of a pipeline
-#: stage in a profiled call (``kind``: ``forward``, ``backward`` or ``weight``).
+#: The range around each forward, backward or weight chunk of a pipeline stage in a profile.
 PIPELINE_CHUNK = "pp stage {stage} {kind} mb {microbatch}"
 #: The prefix of the annotation around each step of a profiled call (``ProfilerStep#0``, ...):
 #: torch.profiler's own name for steps, which Holistic Trace Analysis reads.
