@@ -468,7 +468,7 @@ class RankPipeline:
     busy_s: tuple[float, ...]
     forward_s: tuple[float, ...]
     backward_s: tuple[float, ...]
-    chunks: tuple[Chunk, ...] = ()  # the last timed step's actions, in order
+    step_chunks: tuple[tuple[Chunk, ...], ...] = ()  # per timed step, its actions in order
     control_s: tuple[float, ...] = ()  # the host-speed control after each step (CPU)
     memory_control_s: tuple[float, ...] = ()
     peak_memory_bytes: int = 0
@@ -482,6 +482,8 @@ class RankPipeline:
 #: Name of the annotation the rank puts around the profiled call (the region the trace
 #: analysis measures).
 PROFILED_REGION = "distperf:profiled_call"
+#: The range around each forward, backward or weight chunk of a pipeline stage in a profile.
+PIPELINE_CHUNK = "pp stage {stage} {kind} mb {microbatch}"
 #: The prefix of the annotation around each step of a profiled call (``ProfilerStep#0``, ...):
 #: torch.profiler's own name for steps, which Holistic Trace Analysis reads.
 PROFILER_STEP = "ProfilerStep#"

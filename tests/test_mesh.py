@@ -6,6 +6,7 @@ tests/test_parallel.py.  Pure: no torch, no ranks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -18,11 +19,13 @@ from pytest_distperf.analysis.mesh import (
     samples_per_step,
 )
 from pytest_distperf.common.layout import coordinates, counted_once, data_index, dimension_of
+from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.mesh import check_parallelisation, layout_of
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
 from pytest_distperf.fixtures.steptimer import step_metrics
 from pytest_distperf.records import DimComm, RankStep, from_dict, to_dict
 from pytest_distperf.report.jsonreport import load_schema
+from pytest_distperf.verdict.thresholds import check_thresholds
 
 STEP = (0.1,) * 6
 DP = (("dp", 4),)
@@ -87,6 +90,10 @@ def test_throughput_and_flops_count_each_sample_once(
     assert timing.samples["throughput"] == pytest.approx((samples / 0.1,) * 6)
     assert timing.flops_per_step == flops
     assert timing.mesh == layout
+    # MFU: the FLOPs counted once over the peak of every device of the mesh
+    peak = dataclasses.replace(timing, peak_flops=1e5)
+    assert peak.achieved_flops == pytest.approx(flops / 0.1)
+    assert peak.mfu == pytest.approx(flops / 0.1 / (4 * 1e5))
 
 
 def test_flops_unknown_on_one_rank_are_unknown() -> None:
@@ -166,3 +173,35 @@ def test_the_tp_communication_share_is_the_median_ranks_blocked_time() -> None:
     assert share.threshold == "max_tp_comm_share" and share.hint == found.suggestion
     # no tp dimension, or nothing timed (GPU ranks): no share, no finding
     assert on_mesh(analyze_steps([rank(r) for r in range(4)]), DP).tp_comm_share is None
+
+
+def test_exposed_communication_by_dimension_and_data_parallel_efficiency() -> None:
+    # synchronised steps of 100 ms, 75 ms without the gradient synchronisation; ranks
+    # blocked 20 ms a step in TP all-reduces
+    tp = (DimComm("tp", "all_reduce", 4, 1 << 20, 0.02),)
+    ranks = [RankStep(r, 8, STEP, STEP, STEP, STEP, (0.075,) * 6, mesh_comm=tp)
+             for r in range(4)]
+    plain = analyze_steps(ranks)
+    assert plain.comm_overhead == pytest.approx(0.25)
+    assert plain.dp_efficiency == pytest.approx(0.75) and plain.exposed_comm_by_dim == {}
+    two_d = on_mesh(plain, DP_TP)
+    assert two_d.dp_efficiency == pytest.approx(0.75)
+    assert two_d.exposed_comm_by_dim == pytest.approx({"dp": 0.025, "tp": 0.02})
+    tp_only = on_mesh(plain, TP)  # no data-parallel dimension: no data-parallel figure
+    assert tp_only.dp_efficiency is None
+    assert tp_only.exposed_comm_by_dim == pytest.approx({"tp": 0.02})
+
+
+def test_the_tp_communication_limit_is_040_and_settable_like_the_others() -> None:
+    tp = (DimComm("tp", "all_reduce", 16, 4 << 20, 0.05),)
+    timing = on_mesh(analyze_steps([rank(r, comm=tp) for r in range(4)]), DP_TP)  # share 0.5
+    (breach,) = check_thresholds(step_metrics(timing), resolve_thresholds())
+    assert breach.describe().startswith(
+        "tp_comm_share = 0.500 exceeds max_tp_comm_share = 0.400")
+    assert "sequence parallelism" in breach.describe()
+    # a marker's (or the ini file's, or a baseline file's) limit: the same layers as any
+    assert check_thresholds(step_metrics(timing), resolve_thresholds(
+        {"max_tp_comm_share": 0.6})) == []
+    wider = on_mesh(analyze_steps([rank(r, comm=tp) for r in range(4)]), DP_TP,
+                    {"max_tp_comm_share": 0.6})
+    assert not [b for b in wider.bottlenecks if b.kind == "tp_communication"]

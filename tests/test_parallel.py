@@ -255,6 +255,36 @@ def test_microbatch_count(ddp_step_timer):
     m = int(os.environ.get("MICROBATCHES", "4"))
     ddp_step_timer.pipeline(lambda i, n: Stage(0.002), batch, microbatches=m, steps=3,
                             warmup=1, control=False)
+
+
+def slow_sends(index, total):
+    # a stage on a rank whose forward sends each take 30 ms more (a slow link): torch's
+    # schedules post their sends through _sorted_batch_p2p.  Last in the module: the ranks
+    # keep the patch.
+    from torch.distributed.pipelining import schedules
+
+    post = schedules._sorted_batch_p2p
+
+    def slow(ops, desc=None):
+        if desc == "fwd_send":
+            time.sleep(0.03)
+        return post(ops, desc=desc)
+
+    if not getattr(post, "slow", False):
+        slow.slow = True
+        schedules._sorted_batch_p2p = slow
+    return Stage(0.01)
+
+
+@pytest.mark.distperf(max_imbalance=100, min_pipeline_utilisation=0)
+def test_slow_sends_are_exposed_communication(ddp_step_timer):
+    t = ddp_step_timer.pipeline(slow_sends, batch, microbatches=4, steps=3, warmup=1,
+                                control=False)
+    # stage 0 idles 30 ms after each of its first 3 forwards, stage 1 waits 30 ms for each
+    # of its 4 inputs: 105 ms a step on average
+    assert t.exposed_comm_s >= 0.07, (t.exposed_comm_s, t.per_stage)
+    assert t.per_stage[1].exposed_comm_s >= 0.09
+    print("BODY-OK slow sends", t.exposed_comm_s)
 """
 
 
@@ -262,13 +292,15 @@ def test_pipelines_on_two_ranks(pytester: pytest.Pytester,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """GPipe, 1F1B and interleaved 1F1B on 2 gloo ranks: a balanced GPipe bubble within a
     few points of (p - 1) / (m + p - 1), each schedule's sends counted, an unbalanced split
-    named with the blocks to move (and failing ``max_imbalance``).  Then a baseline saved
+    named with the blocks to move (and failing ``max_imbalance``), slow sends measured as
+    the ``pp`` dimension's exposed communication.  Then a baseline saved
     with 4 microbatches fails exactly against 8: twice the sends, the same bytes."""
     pytester.makepyfile(test_pipes=PIPELINES)
     two = ("--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA")
     result = pytester.runpytest_subprocess(*two, "-s", "--distperf-save", "--distperf-same-ranks")
-    result.assert_outcomes(passed=4, failed=1)
-    result.stdout.fnmatch_lines(["*BODY-OK gpipe*", "*BODY-OK unbalanced*"])
+    result.assert_outcomes(passed=5, failed=1)
+    result.stdout.fnmatch_lines(["*BODY-OK gpipe*", "*BODY-OK unbalanced*",
+                                 "*BODY-OK slow sends*"])
     result.stdout.fnmatch_lines([
         "*threshold breach(es) in *test_an_unbalanced_split_is_named*",
         "*pipeline.stage_imbalance = * exceeds max_imbalance = 0.100 (ranks involved: 1)*",
@@ -338,6 +370,37 @@ def test_a_profile_by_mesh_dimension(dist_profiler):
     labels = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("mesh.")}
     assert labels == {"mesh.tp.all_reduce"}
     print("BODY-OK profile")
+
+
+def test_a_profile_of_a_pipeline(dist_profiler):
+    def setup():
+        from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+        rank = dist.get_rank()
+        stage = PipelineStage(torch.nn.Linear(WIDTH, WIDTH), rank, 2, torch.device("cpu"))
+        return ScheduleGPipe(stage, n_microbatches=4, loss_fn=lambda out, target: out.sum())
+
+    def step(schedule):
+        if dist.get_rank() == 0:
+            schedule.step(batch(0))
+        else:
+            schedule.step(target=torch.zeros(ROWS, WIDTH))
+
+    report = dist_profiler(step, setup=setup, steps=2)
+    assert len(report.steps) == 2
+    for s in report.steps:  # each stage's microbatches, step by step
+        for index in (0, 1):
+            chunks = s.stage(index)
+            assert [(c.kind, c.microbatch) for c in chunks] == [
+                (kind, mb) for kind in ("forward", "backward") for mb in range(4)]
+            assert {c.rank for c in chunks} == {index}
+            assert all(0 <= c.start_s <= c.end_s for c in chunks)
+        # a microbatch's forward on stage 1 starts from stage 0's output
+        for first, second in zip(s.stage(0)[:4], s.stage(1)[:4], strict=True):
+            assert second.start_s >= first.end_s
+    trace = json.load(open(report.trace_path))
+    assert "pp stage 1 backward mb 3" in {e.get("name") for e in trace["traceEvents"]}
+    print("BODY-OK pipeline profile")
 '''
 
 
@@ -345,8 +408,10 @@ def test_dist_profiler_attributes_collectives_to_mesh_dimensions(
         pytester: pytest.Pytester) -> None:
     """``dist_profiler.mesh``: the collectives of a TP step on 2 gloo ranks counted on the
     ``tp`` dimension of the user's own mesh, recorded as ``profile.comm.tp.*``, and labelled
-    in the merged trace."""
+    in the merged trace.  A GPipe schedule's profile: each stage's microbatches in the
+    per-step view, and labelled in the trace."""
     pytester.makepyfile(test_prof="import json\n" + PROFILED)
     result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", *RUN, "-s")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])
+    result.stdout.fnmatch_lines(["*BODY-OK pipeline profile*"])

@@ -7,15 +7,22 @@ tests/test_parallel.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from pytest_distperf.analysis.pipeline import analyze_pipeline, bubble_theory, microbatches_for
+from pytest_distperf.analysis.pipeline import (
+    analyze_pipeline,
+    bubble_theory,
+    exposed_comm,
+    microbatches_for,
+)
+from pytest_distperf.analysis.traces.stages import stage_chunks
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.pipeline import pipeline_metrics, plan
 from pytest_distperf.fixtures.results.pipeline import PipelineTiming
-from pytest_distperf.records import DimComm, RankPipeline, from_dict, to_dict
+from pytest_distperf.records import Chunk, DimComm, RankPipeline, from_dict, to_dict
 from pytest_distperf.report.jsonreport import load_schema
 from pytest_distperf.verdict.thresholds import check_thresholds
 
@@ -37,11 +44,13 @@ def test_the_fewest_microbatches_for_a_utilisation(p: int, u: float, v: int, m: 
 
 
 def rank(r: int, busy: float, span: float, *, blocks: int = 4, steps: int = 6,
-         stages: tuple[int, ...] | None = None) -> RankPipeline:
+         stages: tuple[int, ...] | None = None, chunks: tuple[Chunk, ...] = (),
+         flops: int = 0) -> RankPipeline:
     return RankPipeline(
         rank=r, stages=stages if stages is not None else (r,), blocks=(blocks,), batch_size=8,
         step_s=(span * 1.05,) * steps, schedule_s=(span,) * steps, busy_s=(busy,) * steps,
         forward_s=(busy / 2,) * steps, backward_s=(busy / 2,) * steps,
+        step_chunks=(chunks,) * steps if chunks else (), flops=flops,
         mesh_comm=(DimComm("pp", "send", 4, 512),))
 
 
@@ -84,6 +93,13 @@ def test_too_few_microbatches_is_said_with_how_many_would_do() -> None:
     breaches = check_thresholds(pipeline_metrics(t), resolve_thresholds())
     assert [b.threshold for b in breaches] == ["min_pipeline_utilisation"]
     assert breaches[0].hint == bubble.suggestion
+    assert "pipeline.utilisation = 0.571 is below min_pipeline_utilisation = 0.700" in (
+        breaches[0].describe())
+    # a lower limit (marker, ini or baseline file): no breach, and no finding
+    assert check_thresholds(pipeline_metrics(t), resolve_thresholds(
+        {"min_pipeline_utilisation": 0.4})) == []
+    lower = analysed(ranks, layout=(("pp", 4),), min_pipeline_utilisation=0.4)
+    assert not [b for b in lower.bottlenecks if b.kind == "pipeline_bubble"]
 
 
 def test_an_excess_the_split_does_not_explain_points_at_the_sends() -> None:
@@ -128,3 +144,71 @@ def test_a_pipeline_is_checked_before_any_rank_is_busy(kwargs: dict[str, object]
     spec = plan(print, print, schedule="interleaved1f1b", microbatches=4, mesh=None,
                 virtual_stages=None, world_size=2)
     assert (spec.schedule, spec.virtual, spec.mesh) == ("Interleaved1F1B", 2, PP2)
+
+
+def gpipe(transfer: float) -> tuple[tuple[Chunk, ...], tuple[Chunk, ...]]:
+    """The chunks of GPipe on 2 stages, 2 microbatches of 10 ms forward and 10 ms backward,
+    each send taking ``transfer`` seconds: (stage 0's, stage 1's)."""
+    t, c = transfer, 0.010
+    first = (("forward", 0, 0, 0.0, c), ("forward", 0, 1, c, 2 * c))
+    f0 = c + t
+    f1 = max(f0 + c, 2 * c + t)
+    last = (("forward", 1, 0, f0, f0 + c), ("forward", 1, 1, f1, f1 + c),
+            ("backward", 1, 0, f1 + c, f1 + 2 * c), ("backward", 1, 1, f1 + 2 * c, f1 + 3 * c))
+    b0 = f1 + 2 * c + t
+    b1 = max(b0 + c, f1 + 3 * c + t)
+    return (*first, ("backward", 0, 0, b0, b0 + c), ("backward", 0, 1, b1, b1 + c)), last
+
+
+def test_exposed_communication_is_the_idle_time_with_the_input_computed_already() -> None:
+    # stage 1's first forward waits 5 ms for its input in flight, stage 0's first backward as
+    # long; the second microbatch's sends run while the receiver computes: hidden
+    first, last = gpipe(0.005)
+    assert exposed_comm([first, last], 2) == pytest.approx([0.005, 0.005])
+    # the rest of a rank's idle time is waiting for the other stage to compute: not counted
+    assert exposed_comm([first, last], 2)[0] < 0.070 - 0.040
+    assert exposed_comm([gpipe(0.0)[0], gpipe(0.0)[1]], 2) == pytest.approx([0.0, 0.0])
+    t = analysed([rank(0, 0.04, 0.07, chunks=first), rank(1, 0.04, 0.07, chunks=last)], m=2)
+    assert t.exposed_comm_s == pytest.approx(0.005)
+    assert t.exposed_comm_by_dim == pytest.approx({"pp": 0.005})
+    assert [s.exposed_comm_s for s in t.per_stage] == pytest.approx([0.005, 0.005])
+    assert t.samples["exposed_comm_s"] == pytest.approx((0.005,) * 6)
+    metric = {m.name: m for m in pipeline_metrics(t)}["pipeline.exposed_comm_s"]
+    assert metric.value == pytest.approx(0.005) and metric.unit == "s"
+    # 4/7 busy against a theory of 1/3 with equal stages: the finding gives the idle time
+    (bubble,) = t.bottlenecks
+    assert "a stage idled 5 ms a step on average with its next input computed already" in (
+        bubble.description)
+
+
+def test_exposed_communication_pairs_the_stages_of_each_data_parallel_replica() -> None:
+    layout = (("pp", 2), ("dp", 2))  # replicas: ranks 0 and 2, ranks 1 and 3
+    fast, slow = gpipe(0.005), gpipe(0.015)
+    ranks = [rank(0, 0.04, 0.09, chunks=fast[0]), rank(1, 0.04, 0.09, chunks=slow[0]),
+             rank(2, 0.04, 0.09, chunks=fast[1]), rank(3, 0.04, 0.09, chunks=slow[1])]
+    t = analysed(ranks, m=2, layout=layout)
+    assert [s.exposed_comm_s for s in t.per_stage] == pytest.approx([0.005, 0.015, 0.005, 0.015])
+    assert t.exposed_comm_s == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize(("layout", "flops", "samples"), [
+    ((("pp", 4),), 4000, 8),  # one batch through 4 stages, each counting its own layers
+    ((("pp", 2), ("dp", 2)), 4000, 16),  # a batch per data-parallel replica
+])
+def test_a_pipelines_throughput_and_mfu_count_each_sample_and_flop_once(
+        layout: tuple[tuple[str, int], ...], flops: int, samples: int) -> None:
+    t = analysed([rank(r, 0.4, 0.5, flops=1000) for r in range(4)], layout=layout)
+    assert t.throughput * t.step_time_s == pytest.approx(samples)
+    assert t.flops_per_step == flops
+    mfu = dataclasses.replace(t, peak_flops=1e5).mfu
+    assert mfu == pytest.approx(flops / t.step_time_s / (4 * 1e5))
+
+
+def test_a_profiles_stage_chunks_are_read_from_their_labels() -> None:
+    events = [("pp stage 1 backward mb 3", "user_annotation", 50.0, 60.0),
+              ("pp stage 1 forward mb 0", "user_annotation", 10.0, 20.0),
+              ("pp stage 1 forward mb 0", "gpu_user_annotation", 11.0, 19.0),  # a GPU copy
+              ("pp stage x forward mb 0", "user_annotation", 0.0, 1.0),
+              ("Forward 0", "user_annotation", 9.0, 21.0)]  # torch's own GPipe label
+    assert stage_chunks(events) == (("forward", 1, 0, 10.0, 20.0),
+                                    ("backward", 1, 3, 50.0, 60.0))

@@ -338,7 +338,7 @@ def stage_bottlenecks(busy: Mapping[int, tuple[float, int]], imbalance: float,
 def pipeline_bottlenecks(*, bubble: float, theory: float, stages: int, microbatches: int,
                          virtual: int, schedule: str, busy: Mapping[int, tuple[float, int]],
                          imbalance: float, limits: Mapping[str, float], needed: int,
-                         ranks: Sequence[int] = ()) -> list[Bottleneck]:
+                         ranks: Sequence[int] = (), exposed_s: float = 0.0) -> list[Bottleneck]:
     """``stage_imbalance`` (:func:`stage_bottlenecks`), and ``pipeline_bubble`` when the
     utilisation (1 - ``bubble``) is below ``min_pipeline_utilisation`` or the bubble exceeds
     the schedule's ``theory`` by ``EXCESS_BUBBLE``, saying why: an unbalanced split, the
@@ -353,7 +353,8 @@ def pipeline_bottlenecks(*, bubble: float, theory: float, stages: int, microbatc
         cause, what = ("an unbalanced stage split", out[0].suggestion)
     elif excess >= EXCESS_BUBBLE:
         cause, what = ("neither the schedule nor the split: the sends between stages or "
-                       "per-microbatch overheads",
+                       f"per-microbatch overheads (a stage idled {ms(exposed_s)} a step on "
+                       "average with its next input computed already)",
                        "look at comm.pp.* (bytes per microbatch) and what each microbatch "
                        "costs besides its compute; fewer, larger microbatches if that is it")
     else:

@@ -6,6 +6,9 @@ bubble against its schedule's theory, the slowest stage.  Pure: no torch, no pyt
   time its forward and backward chunks computed (:mod:`pytest_distperf.rank.pipeline`).
 * The pipeline's bubble is the mean of its ranks' bubbles, a median over steps; its
   utilisation is 1 - bubble.
+* A rank's exposed communication is the time it idled with its next chunk's input
+  computed already (:func:`exposed_comm`): the sends and receives between stages, and the
+  schedule's own work between microbatches, that no compute hides.
 * The theory (GPipe and 1F1B: (p - 1) / (m + p - 1); interleaved 1F1B with v stages per
   rank: (p - 1) / (v * m + p - 1)) assumes equal stages and free sends: the excess over it
   is what an unbalanced split, slow send/recv or per-microbatch overheads cost.
@@ -23,7 +26,7 @@ from pytest_distperf.common.layout import Layout, coordinates
 from pytest_distperf.common.quantiles import median
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.results.pipeline import PipelineTiming, StageTiming
-from pytest_distperf.records import RankPipeline
+from pytest_distperf.records import Chunk, RankPipeline
 
 
 def bubble_theory(stages: int, microbatches: int, virtual: int = 1) -> float:
@@ -44,26 +47,85 @@ def microbatches_for(stages: int, utilisation: float, virtual: int = 1) -> int:
     return max(1, math.ceil(need - 1e-9))
 
 
+def _producer(kind: str, stage: int, microbatch: int,
+              last: int) -> tuple[str, int, int] | None:
+    """The chunk whose output a chunk starts from: the previous stage's forward of the same
+    microbatch; the next stage's backward (the last stage's own forward); a weight
+    gradient's own backward.  None for the first stage's forwards."""
+    if kind == "forward":
+        return ("forward", stage - 1, microbatch) if stage > 0 else None
+    if kind == "backward" and stage < last:
+        return ("backward", stage + 1, microbatch)
+    return ("forward" if kind == "backward" else "backward", stage, microbatch)
+
+
+def exposed_comm(ranks: Sequence[Sequence[Chunk]], stages: int) -> list[float]:
+    """Per rank of one pipeline (``ranks``: each rank's chunks of one step, in seconds
+    after the step began), the seconds it idled with its next chunk's input computed
+    already: from when both its previous chunk and the chunk it depends on had ended to
+    when it began.  That is the sends and receives between stages and the schedule's own
+    work between microbatches, which no compute hid; the rest of a rank's idle time is
+    waiting for other stages to compute (the bubble proper)."""
+    ends = {(kind, stage, mb): end for chunks in ranks for kind, stage, mb, _, end in chunks}
+    out = []
+    for chunks in ranks:
+        free = idle = 0.0
+        for kind, stage, mb, start, end in sorted(chunks, key=lambda c: c[3]):
+            needs = _producer(kind, stage, mb, stages - 1)
+            ready = max(free, ends.get(needs, 0.0) if needs else 0.0)
+            idle += max(0.0, start - ready)
+            free = max(free, end)
+        out.append(idle)
+    return out
+
+
+def _exposed_by_rank(ranks: Sequence[RankPipeline], layout: Layout,
+                     stages: int) -> dict[int, list[float]]:
+    """Per rank, its :func:`exposed_comm` of every timed step, each data-parallel replica
+    of the pipeline on its own (its ranks share every coordinate but ``pp``)."""
+    replicas: dict[tuple[tuple[str, int], ...], list[RankPipeline]] = {}
+    for r in ranks:
+        where = coordinates(layout, r.rank)
+        replicas.setdefault(tuple((n, c) for n, c in where.items() if n != "pp"), []).append(r)
+    out: dict[int, list[float]] = {r.rank: [] for r in ranks}
+    for members in replicas.values():
+        for k in range(min(len(r.step_chunks) for r in members)):
+            idle = exposed_comm([r.step_chunks[k] for r in members], stages)
+            for r, seconds in zip(members, idle, strict=True):
+                out[r.rank].append(seconds)
+    return out
+
+
 def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 and math.isfinite(num / den) else 0.0
 
 
-def _stage_timings(ranks: Sequence[RankPipeline], layout: Layout,
-                   spans: Sequence[float]) -> tuple[list[StageTiming], list[float]]:
-    """Per rank its :class:`StageTiming`; per step the pipeline's bubble (the mean of the
-    ranks' idle shares of the span)."""
-    per_step: list[list[float]] = [[] for _ in spans]
+def _idle(r: RankPipeline, spans: Sequence[float]) -> list[float]:
+    """Per step, the rank's idle share of the pipeline's span: 1 - busy / span."""
+    return [1.0 - min(1.0, _ratio(b, s)) for b, s in zip(r.busy_s, spans, strict=False)]
+
+
+def _stage_timings(ranks: Sequence[RankPipeline], layout: Layout, spans: Sequence[float],
+                   exposed: Mapping[int, Sequence[float]]) -> list[StageTiming]:
+    """Per rank its :class:`StageTiming`: medians over the steps."""
     out = []
     for r in ranks:
-        idle = [1.0 - min(1.0, _ratio(b, s)) for b, s in zip(r.busy_s, spans, strict=False)]
-        for k, value in enumerate(idle):
-            per_step[k].append(value)
         out.append(StageTiming(
             rank=r.rank, pp_rank=coordinates(layout, r.rank).get("pp", 0), stages=r.stages,
             busy_s=median(r.busy_s) or 0.0, forward_s=median(r.forward_s) or 0.0,
-            backward_s=median(r.backward_s) or 0.0, bubble=median(idle) or 0.0,
-            blocks=sum(r.blocks)))
-    return out, [sum(v) / len(v) for v in per_step if v]
+            backward_s=median(r.backward_s) or 0.0, bubble=median(_idle(r, spans)) or 0.0,
+            blocks=sum(r.blocks), exposed_comm_s=median(exposed.get(r.rank, ())) or 0.0))
+    return out
+
+
+def _per_step_mean(rows: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """Per step, the mean over the rows (ranks) that have it."""
+    steps = max((len(row) for row in rows), default=0)
+    out = []
+    for k in range(steps):
+        values = [row[k] for row in rows if k < len(row)]
+        out.append(sum(values) / len(values))
+    return tuple(out)
 
 
 def _by_pp_rank(per_stage: Sequence[StageTiming]) -> dict[int, tuple[float, int]]:
@@ -96,9 +158,12 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
     ranks = sorted(per_rank, key=lambda r: r.rank)
     spans = per_step_max([r.schedule_s for r in ranks])
     steps = per_step_max([r.step_s for r in ranks])
-    per_stage, bubbles = _stage_timings(ranks, layout, spans)
-    bubble = median(bubbles) or 0.0
     p = dict(layout).get("pp", 1)
+    exposed = _exposed_by_rank(ranks, layout, p * virtual)
+    per_stage = _stage_timings(ranks, layout, spans, exposed)
+    bubbles = _per_step_mean([_idle(r, spans) for r in ranks])
+    exposed_steps = _per_step_mean(list(exposed.values()))
+    bubble, exposed_s = median(bubbles) or 0.0, median(exposed_steps) or 0.0
     theory = bubble_theory(p, microbatches, virtual)
     busy = _by_pp_rank(per_stage)
     slowest = max(busy, key=lambda k: busy[k][0])
@@ -111,12 +176,14 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
         bubble=bubble, theory=theory, stages=p, microbatches=microbatches, virtual=virtual,
         schedule=schedule, busy=busy, imbalance=imbalance, limits=lim,
         needed=microbatches_for(p, lim["min_pipeline_utilisation"], virtual),
-        ranks=tuple(s.rank for s in per_stage if s.pp_rank == slowest))
+        ranks=tuple(s.rank for s in per_stage if s.pp_rank == slowest),
+        exposed_s=exposed_s)
     return PipelineTiming(
         world_size=len(ranks), mesh=layout, schedule=schedule, microbatches=microbatches,
         virtual=virtual, steps=len(steps), step_time_s=step_time,
         schedule_time_s=median(spans) or 0.0, throughput=_ratio(samples, step_time),
         bubble=bubble, utilisation=1.0 - bubble, bubble_theory=theory,
+        exposed_comm_s=exposed_s,
         excess_bubble=bubble - theory, stage_ratio=_ratio(busy[slowest][0], busy[fastest][0]),
         stage_imbalance=imbalance, slowest_stage=slowest, per_stage=per_stage,
         bottlenecks=found, recommendations=recommendations(found),
@@ -125,5 +192,6 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
         samples={"step_s": steps, "schedule_s": spans, "bubble": tuple(bubbles),
                  "utilisation": tuple(1.0 - b for b in bubbles),
                  "throughput": tuple(_ratio(samples, s) for s in steps),
+                 "exposed_comm_s": exposed_steps,
                  **_controls(ranks, len(steps))},
         raw=list(ranks))

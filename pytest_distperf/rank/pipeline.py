@@ -10,14 +10,16 @@ dimension and the FLOPs (:func:`_counted_step`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.worker import set_phase
-from pytest_distperf.records import Chunk, DimComm, RankPipeline
+from pytest_distperf.records import PIPELINE_CHUNK, Chunk, DimComm, RankPipeline
 
 #: A stage's methods that compute, and what each computes.
 CHUNK_METHODS = (("forward_one_chunk", "forward"), ("backward_one_chunk", "backward"),
@@ -46,6 +48,42 @@ class PipelineSpec:
     count_collectives: bool = True
 
 
+def _microbatch(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """The microbatch a stage's chunk method was called for (its first argument)."""
+    return int(args[0] if args else kwargs.get("fwd_chunk_id", kwargs.get("bwd_chunk_id", -1)))
+
+
+@contextlib.contextmanager
+def labelled_chunks() -> Iterator[None]:
+    """While in it, every pipeline stage's forward, backward and weight-gradient chunk runs
+    in a :data:`~pytest_distperf.records.PIPELINE_CHUNK` range (``pp stage 1 forward mb
+    3``), which a profile's trace shows: the stage's methods are wrapped on the class."""
+    from torch.distributed.pipelining.stage import _PipelineStageBase
+    from torch.profiler import record_function
+
+    originals = {method: getattr(_PipelineStageBase, method) for method, _ in CHUNK_METHODS
+                 if hasattr(_PipelineStageBase, method)}
+
+    def labelled(original: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
+            name = PIPELINE_CHUNK.format(stage=self.stage_index, kind=kind,
+                                         microbatch=_microbatch(args, kwargs))
+            with record_function(name):
+                return original(self, *args, **kwargs)
+
+        return chunk
+
+    kinds = dict(CHUNK_METHODS)
+    for method, original in originals.items():
+        setattr(_PipelineStageBase, method, labelled(original, kinds[method]))
+    try:
+        yield
+    finally:
+        for method, original in originals.items():
+            setattr(_PipelineStageBase, method, original)
+
+
 class _ChunkTimer:
     """Times every compute chunk of the stages it wraps (their methods, replaced on the
     instances) while ``active``: (kind, stage, microbatch, start, end) clock marks."""
@@ -69,9 +107,8 @@ class _ChunkTimer:
             try:
                 return original(*args, **kwargs)
             finally:
-                chunk = args[0] if args else kwargs.get("fwd_chunk_id",
-                                                        kwargs.get("bwd_chunk_id", -1))
-                self.marks.append((kind, index, int(chunk), start, self.clock.now()))
+                self.marks.append((kind, index, _microbatch(args, kwargs), start,
+                                   self.clock.now()))
 
         return timed
 
@@ -250,12 +287,13 @@ def _measure(spec: PipelineSpec) -> RankPipeline:
     busy: list[float] = []
     forward: list[float] = []
     backward: list[float] = []
-    chunks: list[Chunk] = []
+    step_chunks: list[tuple[Chunk, ...]] = []
     peak_rss = rss_bytes()
     for k in range(spec.steps):
         span, whole, chunks = _step(pipe, f"{name}: step {k + 1}/{spec.steps}")
         spans.append(span)
         steps.append(whole)
+        step_chunks.append(tuple(chunks))
         for out, kinds in ((busy, ("forward", "backward", "weight")), (forward, ("forward",)),
                            (backward, ("backward", "weight"))):
             out.append(sum(end - start for kind, _, _, start, end in chunks if kind in kinds))
@@ -268,7 +306,7 @@ def _measure(spec: PipelineSpec) -> RankPipeline:
         rank=dist.get_rank(), stages=tuple(pipe.indices),
         blocks=tuple(blocks_of(m) for m in pipe.modules), batch_size=pipe.batch_size,
         step_s=tuple(steps), schedule_s=tuple(spans), busy_s=tuple(busy),
-        forward_s=tuple(forward), backward_s=tuple(backward), chunks=tuple(chunks),
+        forward_s=tuple(forward), backward_s=tuple(backward), step_chunks=tuple(step_chunks),
         control_s=tuple(check.compute_s) if check is not None else (),
         memory_control_s=tuple(check.memory_s) if check is not None else (),
         peak_memory_bytes=peak, memory_source=source, device=str(pipe.clock.device),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 import zlib
 from collections.abc import Callable
@@ -32,7 +33,9 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     each step, so that a step's span covers the kernels it launched.  The result is that of
     the last call.  With a mesh ``layout`` the profiled calls run under the collective
     counter (:func:`pytest_distperf.rank.mesh.comm_counter`): each collective is counted by
-    its mesh dimension and wrapped in a ``mesh.<dim>.<op>`` range the trace shows.
+    its mesh dimension and wrapped in a ``mesh.<dim>.<op>`` range the trace shows.  Where
+    ``torch.distributed.pipelining`` is in use, each stage's chunks are labelled with their
+    stage, kind and microbatch (:func:`pytest_distperf.rank.pipeline.labelled_chunks`).
     """
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -59,7 +62,8 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
         counter = comm_counter(layout, label=True)
     with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
                   profile_memory=profile_memory) as prof,
-          record_function(PROFILED_REGION), counter or contextlib.nullcontext()):
+          record_function(PROFILED_REGION), counter or contextlib.nullcontext(),
+          _pipeline_labels()):
         for step in range(steps):
             set_phase(f"dist_profiler: profiled step {step + 1}/{steps}")
             with record_function(f"{PROFILER_STEP}{step}"):
@@ -68,6 +72,16 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     set_phase("dist_profiler: exporting the trace")
     return RankTrace(exported(prof), result,
                      counter.result() if counter is not None else ())
+
+
+def _pipeline_labels() -> Any:
+    """The pipeline stages' chunk labels where the profiled code has imported
+    ``torch.distributed.pipelining`` (in ``setup`` or before); else nothing."""
+    if "torch.distributed.pipelining" not in sys.modules:
+        return contextlib.nullcontext()
+    from pytest_distperf.rank.pipeline import labelled_chunks
+
+    return labelled_chunks()
 
 
 def exported(prof: Any) -> bytes:

@@ -7,6 +7,7 @@ per rank) and plain records; no torch, no pytest.
 * :mod:`~pytest_distperf.analysis.traces.names`: canonical collective and dtype names;
 * :mod:`~pytest_distperf.analysis.traces.rank_timeline`: one rank's collectives, communication and
   compute intervals;
+* :mod:`~pytest_distperf.analysis.traces.stages`: pipeline stages' labelled chunks;
 * :mod:`~pytest_distperf.analysis.traces.desync`: did the ranks run the same collectives in order;
 * :mod:`~pytest_distperf.analysis.traces.analysis`: per-rank figures, collective statistics and the
   findings, as a :class:`~pytest_distperf.fixtures.results.profile.ProfileReport`.

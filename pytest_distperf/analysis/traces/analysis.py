@@ -35,6 +35,7 @@ from pytest_distperf.fixtures.results.profile import (
     CollectiveStat,
     ProfileReport,
     RankProfile,
+    StageChunk,
     StepProfile,
 )
 from pytest_distperf.fixtures.results.steps import comm_count_metrics, dimension_count_metrics
@@ -89,8 +90,18 @@ def step_profiles(tls: Sequence[Timeline]) -> tuple[StepProfile, ...]:
             index=index, wall_time_s=wall,
             comm_overhead=reference.comm_overhead if reference else 0.0,
             imbalance=balance.imbalance, slowest_rank=slowest.rank,
-            compute_time_s=compute, exposed_comm_s=exposed))
+            compute_time_s=compute, exposed_comm_s=exposed,
+            chunks=_step_chunks([tl.window(*tl.steps[index]) for tl in tls])))
     return tuple(out)
+
+
+def _step_chunks(windows: Sequence[Timeline]) -> tuple[StageChunk, ...]:
+    """The pipeline stages' chunks of one step on every rank, in seconds after the step's
+    earliest start, by stage and start."""
+    begin = min(tl.region[0] for tl in windows)
+    chunks = [StageChunk(tl.rank, stage, kind, mb, (start - begin) / 1e6, (end - begin) / 1e6)
+              for tl in windows for kind, stage, mb, start, end in tl.chunks]
+    return tuple(sorted(chunks, key=lambda c: (c.stage, c.start_s)))
 
 
 def collective_stats(tls: Sequence[Timeline]) -> tuple[CollectiveStat, ...]:

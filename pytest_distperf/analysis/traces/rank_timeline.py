@@ -31,6 +31,7 @@ from pytest_distperf.analysis.traces.names import (
     canonical_collective,
     canonical_dtype,
 )
+from pytest_distperf.analysis.traces.stages import TraceChunk, stage_chunks
 from pytest_distperf.common.intervals import clip_intervals, merge_intervals, union_length
 from pytest_distperf.config import format_bytes
 from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP
@@ -86,6 +87,7 @@ class Timeline:
     source: str  # "record_param_comms", "c10d ops", or "none"
     device: bool  # compute and communication are GPU kernels
     steps: tuple[tuple[float, float], ...] = ()  # the ProfilerStep spans, in order
+    chunks: tuple[TraceChunk, ...] = ()  # pipeline stages' labelled chunks, in order
 
     def window(self, start: float, end: float) -> Timeline:
         """This timeline cut to ``[start, end]``: the collectives issued in it, the
@@ -94,7 +96,8 @@ class Timeline:
             self, region=(start, end),
             ops=tuple(op for op in self.ops if start <= op.start_us < end),
             comm=tuple(clip_intervals(self.comm, start, end)),
-            compute=tuple(clip_intervals(self.compute, start, end)), steps=())
+            compute=tuple(clip_intervals(self.compute, start, end)), steps=(),
+            chunks=tuple(c for c in self.chunks if start <= c[3] < end))
 
 
 @dataclasses.dataclass(slots=True)
@@ -161,6 +164,7 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
         source=source,
         device=bool(kernels),
         steps=_steps(evs, region),
+        chunks=stage_chunks((e.name, e.cat, e.start, e.end) for e in evs),
     )
 
 
