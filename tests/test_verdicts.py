@@ -65,6 +65,10 @@ NAPS = textwrap.dedent("""
         nccl_group.measure("murky", nap, 0.02, iters=10, warmup=1)
 """)
 
+#: Why test_murky is inconclusive: its baseline is not statistically clear (with the
+#: figures a user reads), or, with a busy neighbour, its measurements are too noisy.
+MURKY = r"(not statistically clear; rerun to tell. Mann-Whitney p = |too noisy to tell)"
+
 
 def _make_murky(path: Path) -> None:
     """Rewrite test_murky's stored samples: a fast estimate, yet most samples far slower, so
@@ -137,8 +141,9 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
         "*distperf verdicts (per metric): 1 regressed, "
         + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
         "*REGRESSED*test_naps.py::test_slowed*slowed.time_s*",
-        "*INCONCLUSIVE*test_naps.py::test_murky*not statistically clear*",
     ])
+    # murky is inconclusive: not statistically clear, or too noisy to tell under load
+    result.stdout.re_match_lines([f".*INCONCLUSIVE.*test_naps.py::test_murky.*{MURKY}"])
     if told["faster"]:
         result.stdout.fnmatch_lines([
             "*IMPROVED*test_naps.py::test_faster*faster.time_s*re-save with --distperf-save*"])
@@ -165,9 +170,8 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     result.stdout.fnmatch_lines([
         "*distperf: inconclusive in test_naps.py::test_murky*",
         "*murky.time_s*inconclusive",
-        "*murky.time_s: inconclusive: *, but not statistically clear; rerun to tell. "
-        "Mann-Whitney p = *",
     ])
+    result.stdout.re_match_lines([f".*murky.time_s: inconclusive: .*{MURKY}"])
 
 
 def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) -> None:
