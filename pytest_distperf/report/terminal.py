@@ -343,8 +343,8 @@ def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False,
         if kind == "no baseline":  # one line per test: they all say the same
             lines.extend(Line(text) for text in _no_baseline_lines(verdicts))
             continue
-        for nodeid, v in verdicts:  # a save: what moved says it, but a noisy one
-            if v.verdict == kind and (kind != "saved" or "noisy" in v.detail):
+        for nodeid, v in verdicts:
+            if v.verdict == kind:
                 lines.extend(_attention(nodeid, v))
     return lines + breaches if quiet else lines
 
@@ -395,6 +395,9 @@ def moved_lines(records: Sequence[TestRecord]) -> list[str]:
             still += 1
             continue
         env = next(v.environment for v in record.verdicts if v.verdict == "saved")
+        if all(v.baseline is None for v in record.verdicts if v.verdict == "saved"):
+            lines.append(f"  {record.nodeid}  [{env}]  new: {len(rows)} metric(s)")
+            continue
         lines.append(f"  {record.nodeid}  [{env}]")
         width = max(len(r[0]) for r in rows)
         lines += [f"    {name:<{width}}  {old} -> {new}" + (f"  ({how})" if how else "")
@@ -437,7 +440,7 @@ def _attention(nodeid: str, v: Verdict) -> list[Line]:
         return [Line(f"{head}  {format_value(v.current, v.unit)}"
                      + (f"  (was {format_value(v.baseline, v.unit)}, {format_change(v)})"
                         if v.baseline is not None else "")
-                     + f"  [{v.detail}]")]
+                     + (f"  [{v.detail}]" if "noisy" in v.detail else ""))]
     if kind in ("no baseline", "not comparable"):
         return [Line(f"{head}  [{v.environment}] {v.detail}")]
     figures = (f"{format_value(v.baseline, v.unit)} -> {format_value(v.current, v.unit)} "
