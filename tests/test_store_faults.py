@@ -15,15 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_distperf import verdict as bl
-from pytest_distperf.records import (
-    Environment,
-    Measured,
-    Measurement,
-    Metric,
-    Samples,
-    TestRecord,
-    Verdict,
-)
+from pytest_distperf.records import Environment, Measurement, Metric, TestRecord, Verdict
 from pytest_distperf.report import markdown
 from pytest_distperf.report import terminal as report
 from pytest_distperf.verdict import store
@@ -41,8 +33,8 @@ TIMES = tuple(0.020 + 0.0002 * i for i in range(20))
 
 def entries(scale: float = 1.0) -> list[bl.SaveEntry]:
     values = tuple(v * scale for v in TIMES)
-    return [bl.SaveEntry(CPU, {"w.time_s": bl.StoredMetric("s", False, Measured(
-        values[10], Samples(values)))})]
+    return [bl.SaveEntry(CPU, {"w.time_s": bl.StoredMetric("s", False, bl.Measured(
+        values[10], bl.Samples(values)))})]
 
 
 # -- one read and one write per module per session ------------------------------------------
