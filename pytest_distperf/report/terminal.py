@@ -437,7 +437,8 @@ def _attention(nodeid: str, v: Verdict) -> list[Line]:
     head = f"  {kind.upper():<14} {nodeid}  {v.metric}"
     colour = VERDICT_COLOURS.get(kind, "")
     if kind == "saved":
-        return [Line(f"{head}  {format_value(v.current, v.unit)}"
+        now = format_value(v.current, v.unit) if v.current is not None else "gone"
+        return [Line(f"{head}  {now}"
                      + (f"  (was {format_value(v.baseline, v.unit)}, {format_change(v)})"
                         if v.baseline is not None else "")
                      + (f"  [{v.detail}]" if "noisy" in v.detail else ""))]
