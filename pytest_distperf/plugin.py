@@ -368,7 +368,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             for text in tables:
                 terminalreporter.write_line(text)
         terminalreporter.write_sep("=", "distperf summary")
-        for line in report.summary(records, quiet=quiet):
+        for line in report.summary(records, quiet=quiet, strict=session.cfg.strict):
             terminalreporter.write_line(line.text, **line.markup)
     environments: dict[str, Environment] = {}
     for key in (ENVIRONMENTS_KEY, _XDIST_ENVIRONMENTS):
@@ -383,11 +383,21 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(message.text, red=message.error)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """After a module's last test, write what the session saved into its baseline file."""
+    result = yield
+    if failure := get_session(item.config).write_saves(nextitem):
+        pytest.fail(failure, pytrace=False)
+    return result
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     # xdist sends a worker's workeroutput right after this hook (its own sessionfinish
     # wrapper), before pytest_unconfigure: the records must be there by now.
-    dp = session.config.stash.get(SESSION_KEY, None)
-    if dp is not None and dp.is_xdist_worker:
+    dp = get_session(session.config)
+    dp.session_end(session, dp.records + _records_from_xdist_workers(session.config))
+    if dp.is_xdist_worker:
         output = session.config.workeroutput  # type: ignore[attr-defined]
         output["distperf_records"] = [record_to_dict(r) for r in dp.records]
         output["distperf_environments"] = [

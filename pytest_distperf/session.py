@@ -45,7 +45,7 @@ from pytest_distperf.verdict.thresholds import check_thresholds
 
 if TYPE_CHECKING:  # the verdict's rule and store need numpy: imported where they are used
     from pytest_distperf.verdict.judgement import Remeasured
-    from pytest_distperf.verdict.store import BaselineFile
+    from pytest_distperf.verdict.store import BaselineFile, SessionFiles
 
 SESSION_KEY = pytest.StashKey["DistperfSession"]()
 RECORD_KEY = pytest.StashKey[TestRecord]()
@@ -148,7 +148,7 @@ class DistperfSession:
         self.is_reporter = True
         self.is_xdist_worker = hasattr(config, "workerinput")
         self._environments: dict[int, Environment] = {}
-        self._baseline_files: dict[Path, BaselineFile | None] = {}
+        self._baselines: SessionFiles | None = None
 
     # -- resolution (imports torch) -------------------------------------------------------
     def resolve(self) -> None:
@@ -298,15 +298,26 @@ class DistperfSession:
     def baselines_root(self) -> Path:
         return self.cfg.baselines_dir or Path(self.config.rootpath, DEFAULT_BASELINES_DIRNAME)
 
-    def baseline_file(self, key: str) -> BaselineFile | None:
-        """The parsed baseline file of ``key``'s module (:func:`baseline_key`; None when
-        there is none yet); BaselineError when it cannot be read.  Read once per session."""
-        from pytest_distperf.verdict.store import baseline_path, load
+    @property
+    def baselines(self) -> SessionFiles:
+        """The session's baseline files: read once each, saves written per module."""
+        if self._baselines is None:
+            from pytest_distperf.verdict.store import SessionFiles
+            self._baselines = SessionFiles(self.baselines_root, sweep=self.is_reporter)
+        return self._baselines
 
-        path = baseline_path(self.baselines_root, key)
-        if path not in self._baseline_files:
-            self._baseline_files[path] = load(path)
-        return self._baseline_files[path]
+    def write_saves(self, next_item: pytest.Item | None) -> str:
+        """Write the saves into every baseline file but the next test's; the errors."""
+        files, keep = self._baselines, baseline_key(next_item) if next_item else None
+        return "\n".join(files.write(keep)) if files is not None else ""
+
+    def session_end(self, session: pytest.Session, records: list[TestRecord]) -> None:
+        """Write the saves left; fail the run for that, or for a dark gate if strict."""
+        from pytest_distperf.report.terminal import dark
+        if failure := self.write_saves(None):
+            self.config.get_terminal_writer().line(failure, red=True)
+        if session.exitstatus == 0 and (failure or (self.cfg.strict and dark(records))):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def limits_for(self, item: pytest.Item, world_size: int) -> TestLimits:
         """The test's limits, resolved on first use and kept for the test (ConfigError for
@@ -320,7 +331,7 @@ class DistperfSession:
         env = self.environment(world_size)
         file, file_error = None, ""
         try:
-            file = self.baseline_file(baseline_key(item))
+            file = self.baselines.file(baseline_key(item))
         except BaselineError as exc:
             file_error = str(exc)
         env_layer = file.thresholds(environment_id(env)) if file is not None else {}
@@ -435,15 +446,10 @@ class DistperfSession:
         depends on the size of the run.
         """
         from pytest_distperf.verdict.judgement import MAX_ROUNDS, Save, make_judgement, settle
-        from pytest_distperf.verdict.store import (
-            BaselineError,
-            baseline_path,
-            save_test,
-            split_nodeid,
-        )
+        from pytest_distperf.verdict.store import split_nodeid
 
         key = baseline_key(item)
-        module, test = split_nodeid(key)
+        _, test = split_nodeid(key)
         judgement = None
         if self.is_reporter and not limits.file_error:
             judgement = make_judgement(
@@ -464,15 +470,9 @@ class DistperfSession:
         if limits.file_error:
             return [limits.file_error]
         assert judgement is not None
-        path = baseline_path(self.baselines_root, key)
-        if isinstance(judgement, Save):
-            try:
-                save_test(path, module, test, judgement.save_entries())
-            except BaselineError as exc:
-                return [str(exc)]
-            except OSError as exc:
-                return [f"distperf: cannot write the baseline file {path}: {exc}"]
-            self._baseline_files.pop(path, None)
+        path = self.baselines.path(key)
+        if isinstance(judgement, Save):  # written when the module's tests are done
+            self.baselines.save(key, judgement.save_entries())
         record.verdicts = judgement.verdicts()
         return self._verdict_lines(item, record.verdicts, path, limits.tolerance)
 

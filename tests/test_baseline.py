@@ -148,8 +148,8 @@ def test_save_then_load_round_trips(tmp_path: Path) -> None:
     assert got["work.time_s"].samples.values == pytest.approx(TIMES)
     assert got["work.time_s"].unit == "s" and not got["work.time_s"].higher_is_better
     text = path.read_text()
-    assert text.startswith("schema_version = 1\nmodule = \"tests/test_x.py\"\n")
-    assert "pickle" not in text and "estimate = " in text and "samples = [" in text
+    assert text.startswith("schema_version = 2\nmodule = \"tests/test_x.py\"\n")
+    assert "pickle" not in text and "values = [" in text
 
 
 def test_saving_is_stable_and_sorted(tmp_path: Path) -> None:
@@ -161,7 +161,7 @@ def test_saving_is_stable_and_sorted(tmp_path: Path) -> None:
     assert path.read_bytes() == first
     text = first.decode()
     assert text.index("[tests.test_a.") < text.index("[tests.test_b.")
-    assert text.index('metrics."a.time_s"]') < text.index('metrics."z.time_s"]')
+    assert text.index('"a.time_s" = {') < text.index('"z.time_s" = {')
 
 
 def test_saving_merges_and_keeps_the_thresholds_table(tmp_path: Path) -> None:

@@ -83,12 +83,15 @@ def verdicts_of(file: bl.BaselineFile, metrics: list[Metric], **kw: Any) -> dict
 
 def test_counts_are_stored_to_the_unit_without_samples_or_noise(tmp_path: Path) -> None:
     file = saved(tmp_path, step(nbytes=2_105_344))
-    table = file.data["tests"]["test_a"][bl.environment_id(CPU)]["metrics"]
+    entry = file.data["tests"]["test_a"][bl.environment_id(CPU)]
+    table = entry["metrics"]
     assert table["comm.all_reduce.bytes"] == {"unit": "B/step", "higher_is_better": False,
-                                              "value": 2_105_344, "kind": "exact"}
+                                              "value": 2_105_344, "kind": "exact",
+                                              "tolerance": 0.0}
+    assert "comm.all_reduce.bytes" not in entry["samples"]  # no samples, no noise
     assert table["exposed_comm_s"]["kind"] == "informational"
-    assert "kind" not in table["compute_time_s"]  # measured, judged with the step
-    assert "kind" not in table["step_time_s"]
+    assert table["compute_time_s"]["kind"] == "measured"  # judged with the step
+    assert table["step_time_s"]["kind"] == "measured"
     stored = file.metrics("test_a", bl.environment_id(CPU))
     assert stored is not None and stored["comm.buckets"].kind == EXACT
 

@@ -28,12 +28,13 @@ def file_stem(nodeid: str) -> str:
     return f"{stem[:130]}-{digest}"
 
 
-def write_atomically(path: Path, data: str | bytes) -> None:
+def write_atomically(path: Path, data: str | bytes, tmp_dir: Path | None = None) -> None:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` through a temp file in the same
-    folder, fsynced and renamed into place; the file keeps its mode (a new one gets the
-    umask's, 0644 under the usual umask 022, as any file a program creates).  The temp file is
-    removed if anything fails."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    folder (or in ``tmp_dir``, on the same file system), fsynced and renamed into place; the
+    file keeps its mode (a new one gets the umask's, 0644 under the usual umask 022, as any
+    file a program creates).  The temp file is removed if anything fails."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                               dir=tmp_dir or path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)

@@ -16,7 +16,15 @@ from pytest_distperf.records import (
     TestRecord,
     Verdict,
 )
-from pytest_distperf.report.terminal import format_change, format_value, shown_value
+from pytest_distperf.report.terminal import (
+    dark,
+    dark_lines,
+    format_change,
+    format_value,
+    moved,
+    moved_row,
+    shown_value,
+)
 
 #: Verdicts the summary lists one by one (the rest are counted, and folded into the details).
 NOTEWORTHY = ("regressed", "inconclusive", "improved")
@@ -41,7 +49,10 @@ def markdown_summary(records: Sequence[TestRecord], *, header: str,
     counts = {k: sum(1 for _, v in verdicts if v.verdict == k) for k in VERDICT_ORDER}
     breaches = [(r.nodeid, b) for r in records for b in r.breaches]
     figures = sum(len(r.metrics) for r in records)
-    out = [f"## distperf: {_headline(counts, len(breaches))}", ""]
+    unlit = len(dark(records))
+    headline = _headline(counts, len(breaches)) + (
+        f"; the gate is dark for {unlit} test(s) (no comparable baseline)" if unlit else "")
+    out = [f"## distperf: {headline}", ""]
     out += _environment(header, environments)
     if not records:
         out += ["No test recorded a distperf metric in this run.", ""]
@@ -49,6 +60,8 @@ def markdown_summary(records: Sequence[TestRecord], *, header: str,
         out += [f"{len(records)} test(s), {figures} figure(s): "
                 + (", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no verdicts")
                 + ".", ""]
+    out += _dark(records)
+    out += _moved(records)
     noteworthy = sorted((x for x in verdicts if x[1].verdict in NOTEWORTHY),
                         key=lambda x: NOTEWORTHY.index(x[1].verdict))
     if noteworthy:
@@ -103,6 +116,30 @@ def _environment(header: str, environments: Sequence[Environment]) -> list[str]:
     if not lines and header:
         lines.append(f"- {header.splitlines()[0].removeprefix('distperf: ')}")
     return [*lines, ""] if lines else []
+
+
+def _dark(records: Sequence[TestRecord]) -> list[str]:
+    """The dark gate, said as the terminal says it."""
+    lines = dark_lines(records)
+    if not lines:
+        return []
+    return [f"**{_escape(lines[0].removeprefix('distperf: '))}**", "",
+            *(f"- {_escape(text)}" for text in lines[1:]), ""]
+
+
+def _moved(records: Sequence[TestRecord]) -> list[str]:
+    """What a save moved: the table the terminal shows, for the pull request that refreshes
+    the baselines."""
+    rows = [f"| `{r.nodeid}` | `{v.metric}` | " + " | ".join(moved_row(v)) + " |"
+            for r in records for v in moved(r.verdicts)]
+    saved = sum(1 for r in records if any(v.verdict == "saved" for v in r.verdicts))
+    if not saved:
+        return []
+    if not rows:
+        return [f"Baselines saved for {saved} test(s): nothing moved past its tolerance.", ""]
+    return [f"Baselines saved for {saved} test(s); what moved past the tolerance in force:",
+            "", "| test | metric | old | new | change |", "| --- | --- | --- | --- | --- |",
+            *rows, ""]
 
 
 def _verdict_row(nodeid: str, v: Verdict) -> str:

@@ -51,7 +51,8 @@ def _test_status(record: TestRecord) -> tuple[int, str, str]:
     return 3, "ok", ""
 
 
-def summary(records: Sequence[TestRecord], *, quiet: bool = False) -> list[Line]:
+def summary(records: Sequence[TestRecord], *, quiet: bool = False,
+            strict: bool = False) -> list[Line]:
     """The session's summary: one block per test that recorded metrics (tests with
     regressions first, then breaches), then the verdict counts and the verdicts worth a look.
     ``quiet`` (pytest's ``-q``) keeps the counts, the regressions and the breaches."""
@@ -60,7 +61,7 @@ def summary(records: Sequence[TestRecord], *, quiet: bool = False) -> list[Line]
         shown = [r for r in records if r.metrics or r.breaches or r.verdicts]
         for record in sorted(shown, key=lambda r: _test_status(r)[0]):
             lines.extend(test_block(record))
-    return lines + verdict_summary(records, quiet=quiet)
+    return lines + verdict_summary(records, quiet=quiet, strict=strict)
 
 
 def shown_value(metric: Metric | None, verdict: Verdict | None) -> float | None:
@@ -325,7 +326,8 @@ def verdict_report(verdicts: Sequence[Verdict], nodeid: str, path: Path) -> list
     return [f"distperf verdicts for {nodeid} (baselines: {path}):", *verdict_table(ordered)]
 
 
-def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False) -> list[Line]:
+def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False,
+                    strict: bool = False) -> list[Line]:
     """Counts of the verdicts, then one line per verdict worth a look, regressions first;
     ``quiet``: the counts, the regressions and the threshold breaches only."""
     verdicts = [(r.nodeid, v) for r in records for v in r.verdicts]
@@ -338,6 +340,8 @@ def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False) -> li
                    if counts[k] and k in VERDICT_COLOURS), "")
     lines = [Line("distperf verdicts (per metric): " + ", ".join(
         f"{n} {k}" for k, n in counts.items() if n), colour, bold=True)]
+    lines += [Line(text, "yellow") for text in dark_lines(records, strict=strict)]
+    lines += [Line(text) for text in moved_lines(records)]
     for kind in VERDICT_ORDER:
         if kind in ("unchanged", "informational") or (quiet and kind != "regressed"):
             continue
@@ -352,13 +356,94 @@ def verdict_summary(records: Sequence[TestRecord], *, quiet: bool = False) -> li
 
 
 
+def moved(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The saved verdicts a reviewer of the new baselines looks at: metrics new to the
+    baseline (no ``baseline``), gone from it (no ``current``), and those that moved past the
+    tolerance in force (an exact metric's: that many units)."""
+    out = []
+    for v in verdicts:
+        if v.verdict != "saved":
+            continue
+        if v.baseline is None or v.current is None:
+            out.append(v)
+        elif v.kind == "exact":
+            if abs(v.current - v.baseline) > v.tolerance:
+                out.append(v)
+        elif abs(v.change) > v.tolerance if v.change is not None else v.current != v.baseline:
+            out.append(v)
+    return out
+
+
+def moved_row(v: Verdict) -> tuple[str, str, str]:
+    """(old, new, how much) of a :func:`moved` verdict, for people."""
+    old, new = format_value(v.baseline, v.unit), format_value(v.current, v.unit)
+    if v.baseline is None:
+        return "new", new, ""
+    if v.current is None:
+        return old, "gone", ""
+    if v.kind == "exact":
+        return old, new, f"{v.current - v.baseline:+g}, exact tolerance {v.tolerance:g}"
+    return old, new, f"{format_change(v)}, tolerance {v.tolerance:.0%}"
+
+
+def moved_lines(records: Sequence[TestRecord]) -> list[str]:
+    """What a save moved, per test: old -> new for each metric past its tolerance, and the
+    metrics that are new or gone; one line for the tests where nothing moved."""
+    saved = [r for r in records if any(v.verdict == "saved" for v in r.verdicts)]
+    if not saved:
+        return []
+    lines = ["distperf baselines saved: what moved (old -> new, past the tolerance in force)"]
+    still = 0
+    for record in saved:
+        rows = [(v.metric, *moved_row(v)) for v in moved(record.verdicts)]
+        if not rows:
+            still += 1
+            continue
+        env = next(v.environment for v in record.verdicts if v.verdict == "saved")
+        if all(v.baseline is None for v in record.verdicts if v.verdict == "saved"):
+            lines.append(f"  {record.nodeid}  [{env}]  new: {len(rows)} metric(s)")
+            continue
+        lines.append(f"  {record.nodeid}  [{env}]")
+        width = max(len(r[0]) for r in rows)
+        lines += [f"    {name:<{width}}  {old} -> {new}" + (f"  ({how})" if how else "")
+                  for name, old, new, how in rows]
+    if still:
+        lines.append(f"  {still} test(s) saved with nothing moved past its tolerance")
+    return lines
+
+
+def dark(records: Sequence[TestRecord]) -> list[TestRecord]:
+    """The tests the gate went dark for: baselines exist, but every verdict is not
+    comparable (another environment: a torch upgrade, another runner type)."""
+    return [r for r in records if r.verdicts
+            and all(v.verdict == "not comparable" for v in r.verdicts)]
+
+
+def dark_lines(records: Sequence[TestRecord], *, strict: bool = False) -> list[str]:
+    """Say that the gate compared nothing for some tests, why, and how to re-save."""
+    tests = dark(records)
+    if not tests:
+        return []
+    reasons = list(dict.fromkeys(v.detail for r in tests for v in r.verdicts))
+    env = tests[0].verdicts[0].environment
+    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+    return [f"distperf: the gate is dark for {len(tests)} test(s): no baseline comparable "
+            f"with this run's environment ({env}), so nothing of theirs was compared"
+            + ("; --distperf-strict fails the run" if strict else ""),
+            *(f"  {reason}" for reason in reasons[:3]),
+            *([f"  {more.strip()}"] if more else []),
+            "  if this environment is the one to gate on now, re-save the baselines on this "
+            "runner: pytest --distperf --distperf-save"]
+
+
 def _attention(nodeid: str, v: Verdict) -> list[Line]:
     """``  REGRESSED  <test>  <metric>  <figures>  [details]`` and what changed with it."""
     kind = v.verdict
     head = f"  {kind.upper():<14} {nodeid}  {v.metric}"
     colour = VERDICT_COLOURS.get(kind, "")
     if kind == "saved":
-        return [Line(f"{head}  {format_value(v.current, v.unit)}"
+        now = format_value(v.current, v.unit) if v.current is not None else "gone"
+        return [Line(f"{head}  {now}"
                      + (f"  (was {format_value(v.baseline, v.unit)}, {format_change(v)})"
                         if v.baseline is not None else "")
                      + (f"  [{v.detail}]" if "noisy" in v.detail else ""))]

@@ -8,7 +8,9 @@ docs/verdict-rule.md states the verdict rule; each of its sentences names the co
 
 * :mod:`~pytest_distperf.verdict.thresholds`: the limits (defaults, ini, baseline file,
   marker) and the breach check;
-* :mod:`~pytest_distperf.verdict.store`: baseline files: format, load, validate, save;
+* :mod:`~pytest_distperf.verdict.store`: baseline files: where, what they hold, load, save;
+* :mod:`~pytest_distperf.verdict.storefile`: a baseline file's layout: versions 1 and 2
+  read and validated, version 2 written;
 * :mod:`~pytest_distperf.verdict.stats`: estimators, spread, Mann-Whitney, the control's
   arithmetic;
 * :mod:`~pytest_distperf.verdict.noise`: the noise probe (host steal, other processes' load,
@@ -77,11 +79,13 @@ _EXPORTS = {
     "BaselineFile": "pytest_distperf.verdict.store",
     "same_environment": "pytest_distperf.verdict.store",
     "SaveEntry": "pytest_distperf.verdict.store",
+    "SessionFiles": "pytest_distperf.verdict.store",
     "StoredMetric": "pytest_distperf.verdict.store",
     "baseline_path": "pytest_distperf.verdict.store",
     "environment_id": "pytest_distperf.verdict.store",
     "load": "pytest_distperf.verdict.store",
     "save_test": "pytest_distperf.verdict.store",
+    "save_tests": "pytest_distperf.verdict.store",
     "split_nodeid": "pytest_distperf.verdict.store",
     # thresholds
     "Breach": "pytest_distperf.verdict.thresholds",
@@ -113,6 +117,7 @@ __all__ = [
     "Samples",
     "Save",
     "SaveEntry",
+    "SessionFiles",
     "StoredMetric",
     "assess",
     "baseline_path",
@@ -134,6 +139,7 @@ __all__ = [
     "resolve_thresholds",
     "same_environment",
     "save_test",
+    "save_tests",
     "settle",
     "split_nodeid",
     "spread",

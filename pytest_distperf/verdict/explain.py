@@ -233,13 +233,18 @@ def no_baseline_here() -> str:
     return "no baseline for this test in this environment: run with --distperf-save"
 
 
-def other_environments(envs: Sequence[str]) -> str:
-    return (f"baselines exist only for other environments ({', '.join(envs)}); a baseline "
-            "from another environment is never compared")
+def other_environments(envs: Sequence[str], differs: str = "") -> str:
+    closest = f"; the closest differs in {differs}" if differs else ""
+    return (f"baselines exist only for other environments ({', '.join(envs)}){closest}; a "
+            "baseline from another environment is never compared")
 
 
 def environment_differs(differs: str) -> str:
     return f"the stored environment differs: {differs}"
+
+
+def dropped() -> str:
+    return "gone: this run did not record it, and the save dropped it from the baseline"
 
 
 def new_metric() -> str:

@@ -46,7 +46,7 @@ from pytest_distperf.verdict.rule import (
     representative,
     spread_limit,
 )
-from pytest_distperf.verdict.stats import estimate, selection_figure, spread
+from pytest_distperf.verdict.stats import selection_figure, spread
 from pytest_distperf.verdict.store import (
     BaselineFile,
     SaveEntry,
@@ -207,6 +207,12 @@ class Judgement:
                      if m.kind == EXACT and exact_family(n) == family
                      and self.base[n][0] is not None), "")
 
+    def _closest_difference(self, env_ids: Sequence[str]) -> str:
+        """What differs between this run's environment and the closest of ``env_ids``."""
+        stored = self.file.environments() if self.file is not None else {}
+        return min((same_environment(stored.get(e, {}), self.env) for e in env_ids),
+                   key=lambda differs: differs.count(";"))
+
     def _lookup(self, name: str) -> tuple[StoredMetric | None, tuple[str, str]]:
         metric = self.metrics[name]
         if self.file is None:
@@ -215,7 +221,8 @@ class Judgement:
         if stored is None:
             others = self.file.test_environments(self.test)
             if others:
-                return None, (NOT_COMPARABLE, explain.other_environments(others))
+                return None, (NOT_COMPARABLE, explain.other_environments(
+                    others, self._closest_difference(others)))
             return None, (NO_BASELINE, explain.no_baseline_here())
         differs = same_environment(self.file.environments().get(self.env_id, {}), self.env)
         if differs:
@@ -341,7 +348,22 @@ class Save(Judgement):
 
     def _to_store(self, name: str, m: Measured) -> StoredMetric:
         metric = self.metrics[name]
-        return StoredMetric(metric.unit, metric.higher_is_better, m, metric.kind)
+        return StoredMetric(metric.unit, metric.higher_is_better, m, metric.kind,
+                            self._tolerance_of(metric.kind))
+
+    def _tolerance_of(self, kind: str) -> float:
+        """The tolerance in force for a metric of ``kind``: what a change must pass."""
+        return self.exact_tolerance if kind == EXACT else self.tolerance
+
+    def vanished(self) -> list[tuple[Verdict, str]]:
+        """The metrics the baseline had here that this save did not record: dropped from
+        it (``current`` None)."""
+        return [(Verdict(metric=name, verdict=SAVED, environment=self.env_id, unit=base.unit,
+                         higher_is_better=base.higher_is_better, baseline=base.figure,
+                         tolerance=self._tolerance_of(base.kind), measurement_count=0,
+                         detail=explain.dropped(), kind=base.kind), "")
+                for name, base in sorted((self.stored or {}).items())
+                if name not in self.metrics and name not in self.unusable]
 
     def verdict(self, name: str) -> Verdict:
         metric = self.metrics[name]
@@ -360,21 +382,21 @@ class Save(Judgement):
             detail, explain.detectable(told, self.tolerance),
             explain.saved_noisy(noisy) if noisy else "")))
         values = new.samples.values
-        current = estimate(values, new.value, new.higher_is_better, new.is_fraction)
+        current = new.figure
         previous = change = None
         base = self.base[name][0]
         if base is not None:
-            previous = estimate(base.samples.values, base.value, base.higher_is_better,
-                                base.is_fraction)
+            previous = base.figure
             change = (current - previous) / abs(previous) if previous else None
         return Verdict(metric=name, verdict=SAVED, environment=self.env_id, unit=metric.unit,
                        higher_is_better=metric.higher_is_better, baseline=previous,
-                       current=current, change=change, tolerance=self.tolerance,
+                       current=current, change=change,
+                       tolerance=self._tolerance_of(metric.kind),
                        measurement_count=count, steal=m.steal, wait=m.wait,
                        other_load=m.other_load,
                        spread=spread(values, new.higher_is_better, new.is_fraction,
                                      floor=not self.has_control(name)),
-                       detail=detail)
+                       detail=detail, kind=metric.kind)
 
     def save_entries(self) -> list[SaveEntry]:
         """What every metric stores (:meth:`_stored`), for this environment."""

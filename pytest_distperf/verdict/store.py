@@ -1,13 +1,13 @@
-"""Baseline files: their format, reading and validating them, and writing them.  Pure.
+"""Baseline files: where they are, what they hold, reading them and saving into them.  Pure.
 
 One TOML file per test module under the baseline folder (``perf_baselines/``),
-``tests/perf/test_x.py`` -> ``perf_baselines/tests/perf/test_x.toml``.  Per test, per
-environment (backend, device model and count, world size, torch and NCCL versions), per
-metric: the direction, a few summary figures for reviewers, the noise seen while measuring,
-and the samples the comparison needs.  Written with ``tomli_w`` (keys sorted, one sample per
-line), atomically (temp file + ``os.replace``), read-merge-written under an exclusive lock of
-the folder so that pytest-xdist workers saving at once lose nothing.  A file that cannot be
-read is an error naming the file and the line, and is never written over.
+``tests/perf/test_x.py`` -> ``perf_baselines/tests/perf/test_x.toml``; its layout (version 2,
+and version 1 still read) is :mod:`~pytest_distperf.verdict.storefile`'s.  A save merges the
+tests of a module saved in a session into the file in one read and one write
+(:func:`save_tests`): under an exclusive lock of the folder, so that pytest-xdist workers
+saving at once lose nothing; through a temporary file in a git-ignored folder beside it,
+renamed into place (through a symlink to the file it points to).  A file that cannot be read
+is an error naming the file and the line, and is never written over.
 """
 
 from __future__ import annotations
@@ -15,57 +15,42 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import math
 import os
 import re
-import sys
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_distperf.common.files import write_atomically
 from pytest_distperf.common.quantiles import median_or_nan
-from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, is_number, shown
-from pytest_distperf.records import EXACT, METRIC_KINDS, Environment, Measured, Samples
+from pytest_distperf.records import EXACT, Environment, Measured, Samples
 from pytest_distperf.verdict.stats import estimate
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-import tomli_w
-
-#: The layout version of a baseline file; a file of another version is refused, untouched.
-SCHEMA_VERSION = 1
-#: Units of a time: never negative in a baseline.
-TIME_UNITS = ("s", "ms", "us", "ns")
-#: How deeply tables and arrays may nest in a baseline file (its layout needs 7 levels):
-#: far deeper ones could be read but not written back (the writer recurses).
-_MAX_NESTING = 32
-#: Threshold keys an environment's ``thresholds`` table may hold.
-THRESHOLD_KEYS = (*DEFAULT_THRESHOLDS, "tolerance", "exact_tolerance")
-_ENV_FIELDS: tuple[tuple[str, type], ...] = (
-    ("backend", str), ("device_type", str), ("device_model", str), ("device_count", int),
-    ("world_size", int), ("torch_version", str), ("nccl_version", str),
-)
-#: Environment fields a file written before they existed lacks: 0 there (not compared
-#: equal to a CPU runner's count, so such a baseline is not comparable, and says why).
-_OPTIONAL_ENV_FIELDS: tuple[tuple[str, type], ...] = (
-    ("cpu_cores", int), ("threads_per_rank", int), ("bound_cores", int),
+from pytest_distperf.verdict.storefile import (
+    ENV_FIELDS,
+    OPTIONAL_ENV_FIELDS,
+    SCHEMA_VERSION,
+    THRESHOLD_KEYS,
+    TIME_UNITS,
+    BaselineError,
+    entry_v2,
+    flat_metrics,
+    parse,
+    render,
 )
 
+__all__ = [
+    "SCHEMA_VERSION", "THRESHOLD_KEYS", "TIME_UNITS", "BaselineError", "BaselineFile",
+    "SaveEntry", "SessionFiles", "StoredMetric", "baseline_path", "clean_stale_temps",
+    "environment_id", "load", "same_environment", "save_test", "save_tests", "split_nodeid",
+]
 
-class BaselineError(Exception):
-    """A baseline file that cannot be used; the message names the file and the line."""
-
-    def __init__(self, path: Path, line: int | None, problem: str, advice: str = "") -> None:
-        where = f"{path}:{line}" if line else str(path)
-        advice = advice or ("fix or delete it; the file was left unchanged (it is never "
-                            "written over, not even by --distperf-save)")
-        super().__init__(f"distperf: bad baseline file {where}: {problem}; {advice}")
-        self.path = path
-        self.line = line
+#: The folder, beside a baseline file, that a save writes its temporary file in: it holds a
+#: ``.gitignore`` of ``*`` (as ``.pytest_cache`` does), so that a commit of the baseline
+#: folder never picks up what a killed save left.
+TMP_DIRNAME = ".distperf-tmp"
+#: The temporary files of saves before there was a TMP_DIRNAME: ``.test_x.toml.k2j4_x.tmp``.
+_OLD_TMP = re.compile(r"^\..+\.toml\.[A-Za-z0-9_]+\.tmp$")
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str]:
@@ -91,15 +76,15 @@ def environment_id(env: Environment) -> str:
 
 
 def _env_table(env: Environment) -> dict[str, Any]:
-    return {name: getattr(env, name) for name, _ in (*_ENV_FIELDS, *_OPTIONAL_ENV_FIELDS)}
+    return {name: getattr(env, name) for name, _ in (*ENV_FIELDS, *OPTIONAL_ENV_FIELDS)}
 
 
 def same_environment(stored: Mapping[str, Any], env: Environment) -> str:
     """Empty when ``stored`` describes ``env``; else what differs."""
     differences = []
-    for name, _ in (*_ENV_FIELDS, *_OPTIONAL_ENV_FIELDS):
+    for name, _ in (*ENV_FIELDS, *OPTIONAL_ENV_FIELDS):
         mine, theirs = getattr(env, name), stored.get(name)
-        if theirs is None and (name, int) in _OPTIONAL_ENV_FIELDS:
+        if theirs is None and (name, int) in OPTIONAL_ENV_FIELDS:
             theirs = 0
         if name == "torch_version":  # the local build tag (+cpu, +cu124) is not compared
             mine, theirs = str(mine).split("+")[0], str(theirs).split("+")[0]
@@ -111,13 +96,14 @@ def same_environment(stored: Mapping[str, Any], env: Environment) -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredMetric:
     """One metric's baseline: its unit, direction and kind, and the measurement it stores
-    (several pooled, with the host-speed control); the rest of its table is for reviewers
-    and is recomputed from the samples."""
+    (several pooled, with the host-speed control); ``tolerance`` is the one in force when it
+    was saved, shown to reviewers (a comparison uses the one in force then)."""
 
     unit: str
     higher_is_better: bool
     measured: Measured
     kind: str = ""  # the metric's kind (records.METRIC_KINDS): "", "exact", "informational"
+    tolerance: float | None = None
 
     @property
     def is_fraction(self) -> bool:
@@ -131,44 +117,36 @@ class StoredMetric:
     def samples(self) -> Samples:
         return self.measured.samples
 
-
-def _round(value: float) -> float:
-    """Six significant digits: well below any noise, and short lines in the file."""
-    return float(f"{value:.6g}") if math.isfinite(value) else value
+    @property
+    def figure(self) -> float:
+        """The figure a comparison uses (the estimator over the samples, or the value)."""
+        return estimate(self.samples.values, self.value, self.higher_is_better,
+                        self.is_fraction)
 
 
 def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
-    """The TOML table of one metric (keys in a fixed, readable order)."""
+    """The flat table of one metric (:mod:`~pytest_distperf.verdict.storefile`), unrounded,
+    with the summary figures a reviewer of version 1 saw."""
     m, samples = metric.measured, metric.samples
-    table: dict[str, Any] = {
-        "unit": metric.unit,
-        "higher_is_better": metric.higher_is_better,
-        "value": _round(m.value),
-    }
-    if metric.kind:
-        table["kind"] = metric.kind
-    if metric.kind == EXACT:  # a count, to the unit: not rounded, no samples, no noise
-        table["value"] = int(m.value) if float(m.value).is_integer() else m.value
+    table: dict[str, Any] = {"unit": metric.unit, "higher_is_better": metric.higher_is_better,
+                             "value": m.value, "kind": metric.kind}
+    if metric.tolerance is not None:
+        table["tolerance"] = metric.tolerance
+    if metric.kind == EXACT:
         return table
     values = samples.values
-    if len(values) >= 1:
-        table["estimate"] = _round(estimate(values, m.value, metric.higher_is_better,
-                                            metric.is_fraction))
-        table["median"] = _round(median_or_nan(values))
-        table["min"] = _round(min(values))
-        table["max"] = _round(max(values))
-        table["n"] = len(values)
-    if m.steal is not None:
-        table["steal"] = round(m.steal, 4)
-    if m.wait is not None:
-        table["cpu_wait"] = round(m.wait, 4)
-    if m.other_load is not None:
-        table["other_load"] = round(m.other_load, 4)
-    table["samples"] = [_round(v) for v in values]
-    if samples.control:
-        table["control"] = [_round(v) for v in samples.control]
-    if samples.memory_control:
-        table["memory_control"] = [_round(v) for v in samples.memory_control]
+    if values:
+        table.update(estimate=metric.figure, median=median_or_nan(values), min=min(values),
+                     max=max(values), n=len(values))
+    for key, figure in (("steal", m.steal), ("cpu_wait", m.wait),
+                        ("other_load", m.other_load)):
+        if figure is not None:
+            table[key] = figure
+    table["samples"] = list(values)
+    for key, series in (("control", samples.control),
+                        ("memory_control", samples.memory_control)):
+        if series:
+            table[key] = list(series)
     if len(samples.sizes) > 1:
         table["measurements"] = list(samples.sizes)
     return table
@@ -176,10 +154,12 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BaselineFile:
-    """A parsed, validated baseline file."""
+    """A parsed, validated baseline file (of either version); ``signature`` tells whether the
+    file on disk is still the one read (None: not known)."""
 
     path: Path
     data: dict[str, Any]
+    signature: tuple[int, int, int] | None = None
 
     def environments(self) -> dict[str, dict[str, Any]]:
         return dict(self.data.get("environments", {}))
@@ -189,19 +169,26 @@ class BaselineFile:
         table = self.data.get("environments", {}).get(env_id, {}).get("thresholds", {})
         return {k: float(v) for k, v in table.items()}
 
+    def tests(self) -> list[str]:
+        return sorted(self.data.get("tests", {}))
+
     def test_environments(self, test: str) -> list[str]:
         return sorted(self.data.get("tests", {}).get(test, {}))
 
     def metrics(self, test: str, env_id: str) -> dict[str, StoredMetric] | None:
-        entry = self.data.get("tests", {}).get(test, {}).get(env_id)
-        if entry is None:
+        tables = flat_metrics(self.data, test, env_id)
+        if tables is None:
             return None
-        return {name: _stored_metric(table)
-                for name, table in entry.get("metrics", {}).items()}
+        return {name: _stored_metric(table) for name, table in tables.items()}
+
+    def entry_v2(self, test: str, env_id: str) -> dict[str, Any]:
+        """The test's entry in ``env_id`` as version 2 writes it."""
+        saved = self.data["tests"][test][env_id].get("saved", "")
+        return entry_v2(str(saved), flat_metrics(self.data, test, env_id) or {})
 
 
 def _stored_metric(table: Mapping[str, Any]) -> StoredMetric:
-    """One metric's table of a validated file (:func:`stored_metric_table`'s keys)."""
+    """One metric's flat table of a validated file."""
     def floats(key: str) -> tuple[float, ...]:
         return tuple(float(v) for v in table.get(key, ()))
 
@@ -211,206 +198,28 @@ def _stored_metric(table: Mapping[str, Any]) -> StoredMetric:
                         _opt_float(table.get("cpu_wait")),
                         _opt_float(table.get("other_load")))
     return StoredMetric(table["unit"], table["higher_is_better"], measured,
-                        str(table.get("kind", "")))
+                        str(table.get("kind", "")), _opt_float(table.get("tolerance")))
 
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _line_of(text: str, keys: Sequence[str]) -> int | None:
-    """Best effort: the line where the key path ``keys`` appears (1-based)."""
-    lines = text.splitlines()
-    start, found = 0, None
-    for key in keys:
-        # the key as a whole dotted component of a header, or as an assignment
-        pattern = re.compile(r'(^|[.\[\s"])' + re.escape(key) + r'($|[.\]\s"=])')
-        for i in range(start, len(lines)):
-            if pattern.search(lines[i]):
-                found, start = i + 1, i  # the next key may sit on the same header line
-                break
-        else:
-            break
-    return found
+def _signature(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def load(path: Path) -> BaselineFile | None:
     """The baseline file at ``path``; None when there is none; BaselineError when bad."""
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            signature = _signature(os.fstat(f.fileno()))
+            raw = f.read()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise BaselineError(path, None, f"cannot be read ({exc.strerror or exc})") from None
-    return parse(path, raw)
-
-
-def parse(path: Path, raw: bytes) -> BaselineFile:
-    """Validate the bytes of a baseline file; BaselineError (file and line) when bad."""
-    if not raw.strip():
-        raise BaselineError(path, 1, "the file is empty (a baseline file starts with "
-                                     f"schema_version = {SCHEMA_VERSION})")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BaselineError(path, raw[: exc.start].count(b"\n") + 1, "not UTF-8 text") from None
-    too_deep = (f"nested too deeply to read (arrays or tables more than {_MAX_NESTING} "
-                "levels inside each other)")
-    long_key = _LONG_DOTTED_KEY.search(text)
-    if long_key:  # refused before tomllib, which takes time quadratic in a key's parts
-        raise BaselineError(path, text[: long_key.start()].count("\n") + 1, too_deep)
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"line (\d+)", str(exc))
-        raise BaselineError(path, int(match.group(1)) if match else None,
-                            f"not valid TOML ({exc})") from None
-    except ValueError:  # int() refuses numbers of that many digits (not a TOMLDecodeError)
-        limit = sys.get_int_max_str_digits()
-        match = re.search(rf"[0-9][0-9_]{{{limit},}}", text)
-        raise BaselineError(path, text[: match.start()].count("\n") + 1 if match else None,
-                            f"a number of more than {limit} digits") from None
-    except RecursionError:
-        raise BaselineError(path, None, too_deep) from None
-    if _nesting(data) > _MAX_NESTING:
-        raise BaselineError(path, None, too_deep)
-    _validate(path, text, data)
-    return BaselineFile(path, data)
-
-
-#: A key of more dotted parts than _MAX_NESTING allows, at the start of a line or a header.
-_LONG_DOTTED_KEY = re.compile(
-    r"""^[ \t]*\[*[ \t]*(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*)"""
-    rf"{{{_MAX_NESTING},}}", re.MULTILINE)
-
-
-def _nesting(data: Any) -> int:
-    """How many levels of tables and arrays ``data`` has, counted without recursion (and
-    only up to one level past :data:`_MAX_NESTING`)."""
-    deepest, stack = 0, [(data, 1)]
-    while stack and deepest <= _MAX_NESTING:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1)
-                         for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
-
-
-def _validate(path: Path, text: str, data: dict[str, Any]) -> None:
-    def fail(keys: Sequence[str], problem: str, advice: str = "") -> BaselineError:
-        return BaselineError(path, _line_of(text, keys) or 1, problem, advice)
-
-    version = data.get("schema_version")
-    if version is None:
-        raise fail([], "not a pytest-distperf baseline file (no schema_version key)")
-    if not is_int(version):
-        raise fail(["schema_version"],
-                   f"schema_version must be an integer, got {shown(version)}")
-    if version < SCHEMA_VERSION:
-        raise fail(["schema_version"],
-                   f"stale schema version {shown(version)} (this pytest-distperf reads version "
-                   f"{SCHEMA_VERSION})",
-                   "move it aside and run with --distperf-save to write current baselines; "
-                   "the file was left unchanged")
-    if version > SCHEMA_VERSION:
-        raise fail(["schema_version"],
-                   f"schema version {shown(version)} was written by a newer pytest-distperf "
-                   f"(this one reads version {SCHEMA_VERSION})",
-                   "upgrade pytest-distperf; the file was left unchanged")
-    envs = data.get("environments", {})
-    _validate_environments(fail, envs)
-    tests = data.get("tests", {})
-    if not isinstance(tests, dict):
-        raise fail(["tests"], "'tests' must be a table")
-    for test, per_env in tests.items():
-        if not isinstance(per_env, dict):
-            raise fail(["tests", test], f"test {test!r} must be a table of environments")
-        for env_id, entry in per_env.items():
-            where = [test, env_id]
-            if env_id not in envs:
-                raise fail(where, f"test {test!r} has results for environment {env_id!r}, "
-                                  "which is not described under [environments]")
-            metrics = entry.get("metrics") if isinstance(entry, dict) else None
-            if not isinstance(metrics, dict):
-                raise fail(where, f"test {test!r}, environment {env_id!r}: no metrics table")
-            for name, table in metrics.items():
-                label = " / ".join(k if k.isprintable() else repr(k) for k in (*where, name))
-                _validate_metric(fail, [*where, name], label, table)
-
-
-def _validate_environments(fail: Any, envs: Any) -> None:
-    """The ``environments`` table: each one's fields and ``thresholds``."""
-    if not isinstance(envs, dict):
-        raise fail(["environments"], "'environments' must be a table")
-    for env_id, env in envs.items():
-        if not isinstance(env, dict):
-            raise fail(["environments", env_id], f"environment {env_id!r} must be a table")
-        for name, kind in (*_ENV_FIELDS, *_OPTIONAL_ENV_FIELDS):
-            value = env.get(name)
-            if value is None and (name, kind) in _OPTIONAL_ENV_FIELDS:
-                continue
-            if isinstance(value, bool) or not isinstance(value, kind):
-                raise fail(["environments", env_id],
-                           f"environment {env_id!r}: {name} must be a {kind.__name__}, "
-                           f"got {shown(value)}")
-        limits = env.get("thresholds", {})
-        if not isinstance(limits, dict):
-            raise fail(["environments", env_id, "thresholds"],
-                       f"environment {env_id!r}: thresholds must be a table")
-        for key, value in limits.items():
-            if key not in THRESHOLD_KEYS:
-                raise fail(["environments", env_id, "thresholds", key],
-                           f"environment {env_id!r}: unknown threshold {key!r} (valid: "
-                           f"{', '.join(THRESHOLD_KEYS)})")
-            if not is_number(value) or not value >= 0:
-                raise fail(["environments", env_id, "thresholds", key],
-                           f"environment {env_id!r}: {key} must be a number >= 0, got "
-                           f"{shown(value)}")
-            if key == "tolerance" and value > 1:
-                raise fail(["environments", env_id, "thresholds", key],
-                           f"environment {env_id!r}: tolerance is a fraction (0.10 means 10%), "
-                           f"got {shown(value)}")
-
-
-def _validate_metric(fail: Any, keys: list[str], label: str, table: Any) -> None:
-    if not isinstance(table, dict):
-        raise fail(keys, f"metric {label} must be a table")
-    if not isinstance(table.get("unit"), str):
-        raise fail([*keys, "unit"], f"metric {label}: unit must be a string")
-    if not isinstance(table.get("higher_is_better"), bool):
-        raise fail([*keys, "higher_is_better"],
-                   f"metric {label}: higher_is_better must be true or false")
-    if not is_number(table.get("value")):
-        raise fail([*keys, "value"], f"metric {label}: value must be a finite number, "
-                                     f"got {shown(table.get('value'))}")
-    if table.get("kind", "") not in METRIC_KINDS:
-        raise fail([*keys, "kind"], f"metric {label}: kind must be one of "
-                                    f"{', '.join(repr(k) for k in METRIC_KINDS if k)}, "
-                                    f"got {shown(table.get('kind'))}")
-    samples = table.get("samples", [])
-    if not isinstance(samples, list) or not all(is_number(v) for v in samples):
-        raise fail([*keys, "samples"], f"metric {label}: samples must be a list of numbers")
-    if table["unit"] in TIME_UNITS and (table["value"] < 0 or any(v < 0 for v in samples)):
-        raise fail([*keys, "value" if table["value"] < 0 else "samples"],
-                   f"metric {label}: a time ({table['unit']}) cannot be negative")
-    for key in ("steal", "cpu_wait", "other_load"):
-        if key in table and not is_number(table[key]):
-            raise fail([*keys, key], f"metric {label}: {key} must be a number")
-    for key in ("control", "memory_control"):
-        control = table.get(key)
-        if control is not None and (not isinstance(control, list)
-                                    or len(control) != len(samples)
-                                    or not all(is_number(v) and v > 0 for v in control)):
-            raise fail([*keys, key], f"metric {label}: {key} must be a list of positive "
-                                     "numbers, one per sample")
-    sizes = table.get("measurements")
-    if sizes is not None and (not isinstance(sizes, list)
-                              or not all(is_int(v) and v > 0 for v in sizes)
-                              or sum(sizes) != len(samples)):
-        raise fail([*keys, "measurements"], f"metric {label}: measurements must list the "
-                                            "sizes of the pooled measurements, adding up to "
-                                            "the number of samples")
+    return BaselineFile(path, parse(path, raw), signature)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -422,77 +231,179 @@ class SaveEntry:
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """An exclusive lock on ``directory`` (flock on its descriptor: no lock files to commit).
-
-    Where there is no ``fcntl`` (Windows) saves are not serialised between processes.
-    """
+def _locked(directory: Path) -> Iterator[bool]:
+    """An exclusive lock on ``directory`` (flock on its descriptor: no lock files to commit);
+    yields whether it is locked: where there is no ``fcntl`` (Windows), saves are not
+    serialised between processes."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover
-        yield
+        yield False
         return
     fd = os.open(directory, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield True
     finally:
         os.close(fd)  # closing releases the lock
 
 
-def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
-              saved_at: str | None = None) -> None:
-    """Write ``test``'s baselines for the given environments into ``path``.
+def _target(path: Path) -> Path:
+    """The file a save writes: ``path``, or the file it links to (the link is kept)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
-    Read-merge-write under the folder's lock: other tests, other environments and every
+
+def _current(path: Path, known: BaselineFile | None) -> BaselineFile | None:
+    """The file as it is on disk: ``known`` when nothing wrote it since it was read."""
+    try:
+        signature = _signature(os.stat(path))
+    except FileNotFoundError:
+        return None
+    if known is not None and known.signature == signature:
+        return known
+    return load(path)
+
+
+def save_tests(path: Path, module: str, saves: Sequence[tuple[str, Sequence[SaveEntry]]],
+               saved_at: str | None = None, known: BaselineFile | None = None
+               ) -> BaselineFile:
+    """Write the baselines of several tests (test name, its entries) of one module into
+    ``path`` in one read and one write; the file as written.
+
+    ``known``: the file as read earlier in the session, used as it is when the file has not
+    changed since (else it is read again).  Other tests, other environments and every
     environment's ``thresholds`` table are kept.  A file that cannot be read raises
     BaselineError and is not touched.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    target = _target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     stamp = saved_at or datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%dT%H:%M:%SZ")
-    with _locked(path.parent):
-        current = load(path)
-        data: dict[str, Any] = dict(current.data) if current is not None else {}
-        data["schema_version"] = SCHEMA_VERSION
-        data["module"] = module
-        envs: dict[str, Any] = dict(data.get("environments", {}))
-        tests: dict[str, Any] = dict(data.get("tests", {}))
-        per_env: dict[str, Any] = dict(tests.get(test, {}))
+    with _locked(target.parent) as locked:
+        if locked:
+            _remove_stale_temps(target.parent)
+        data = _merged(_current(target, known), module, saves, stamp)
+        _write(target, "".join(render(data)))
+        return BaselineFile(path, data, _signature(os.stat(target)))
+
+
+def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
+              saved_at: str | None = None) -> None:
+    """Write ``test``'s baselines for the given environments into ``path``."""
+    save_tests(path, module, [(test, entries)], saved_at)
+
+
+def _merged(current: BaselineFile | None, module: str,
+            saves: Sequence[tuple[str, Sequence[SaveEntry]]], stamp: str) -> dict[str, Any]:
+    """The version-2 data of ``current`` with the ``saves`` in it."""
+    envs: dict[str, Any] = current.environments() if current is not None else {}
+    tests: dict[str, dict[str, Any]] = {}
+    if current is not None:
+        for test in current.tests():
+            tests[test] = {env_id: current.entry_v2(test, env_id)
+                           for env_id in current.test_environments(test)}
+    for test, entries in saves:
+        per_env = tests.setdefault(test, {})
         for entry in entries:
             env_id = environment_id(entry.environment)
             table = _env_table(entry.environment)
             if "thresholds" in envs.get(env_id, {}):
                 table["thresholds"] = envs[env_id]["thresholds"]
             envs[env_id] = table
-            per_env[env_id] = {
-                "saved": stamp,
-                "metrics": {name: stored_metric_table(m)
-                            for name, m in sorted(entry.metrics.items())},
-            }
-        tests[test] = per_env
-        data["environments"] = envs
-        data["tests"] = tests
-        write_atomically(path, tomli_w.dumps(_sorted(data)))
+            per_env[env_id] = entry_v2(stamp, {name: stored_metric_table(m)
+                                               for name, m in entry.metrics.items()})
+    return {"schema_version": SCHEMA_VERSION, "module": module, "environments": envs,
+            "tests": tests}
 
 
-def _sorted(data: dict[str, Any]) -> dict[str, Any]:
-    """Stable ordering: the file's header keys first, then sorted environments and tests;
-    a metric table keeps its own readable order."""
-    out: dict[str, Any] = {"schema_version": data["schema_version"], "module": data["module"]}
-    for key in sorted(k for k in data if k not in ("schema_version", "module", "environments",
-                                                   "tests")):
-        out[key] = data[key]
-    out["environments"] = {
-        env_id: {**{k: v for k, v in env.items() if k != "thresholds"},
-                 **({"thresholds": dict(sorted(env["thresholds"].items()))}
-                    if "thresholds" in env else {})}
-        for env_id, env in sorted(data["environments"].items())
-    }
-    out["tests"] = {
-        test: {env_id: {"saved": entry.get("saved", ""),
-                        "metrics": dict(sorted(entry["metrics"].items()))}
-               for env_id, entry in sorted(per_env.items())}
-        for test, per_env in sorted(data["tests"].items())
-    }
-    return out
+def _write(target: Path, text: str) -> None:
+    """``text`` into ``target`` through a temporary file in :data:`TMP_DIRNAME` beside it
+    (the caller holds the folder's lock), which is removed afterwards."""
+    tmp_dir = target.parent / TMP_DIRNAME
+    tmp_dir.mkdir(exist_ok=True)
+    ignore = tmp_dir / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("# written by pytest-distperf while it saves a baseline file\n*\n")
+    try:
+        write_atomically(target, text, tmp_dir=tmp_dir)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+def _remove_stale_temps(folder: Path) -> list[Path]:
+    """Remove what killed saves left in ``folder`` (the caller holds its lock, which every
+    save holds while its temporary file exists: any there now is a dead writer's)."""
+    stale = [p for p in folder.iterdir() if p.name == TMP_DIRNAME or _OLD_TMP.match(p.name)]
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
+    return stale
+
+
+def clean_stale_temps(root: Path) -> list[Path]:
+    """Remove the temporary files of killed saves anywhere under the baseline folder
+    ``root``, each folder under its lock; what was removed."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != TMP_DIRNAME]
+        here = Path(folder)
+        if TMP_DIRNAME not in os.listdir(here) and not any(_OLD_TMP.match(f) for f in files):
+            continue
+        with contextlib.suppress(OSError), _locked(here) as locked:
+            if locked:
+                removed += _remove_stale_temps(here)
+    return removed
+
+
+class SessionFiles:
+    """The baseline files of one session: each read once, and what the session saves into
+    each written when the caller says its module is done, in one read and one write."""
+
+    def __init__(self, root: Path, *, sweep: bool = True) -> None:
+        self.root = root
+        self._read: dict[Path, BaselineFile | None] = {}
+        self._unwritten: dict[Path, list[tuple[str, str, list[SaveEntry]]]] = {}
+        self._swept = not sweep
+
+    def path(self, key: str) -> Path:
+        """The file of ``key`` (``module::test``)."""
+        return baseline_path(self.root, key)
+
+    def file(self, key: str) -> BaselineFile | None:
+        """The parsed file of ``key``'s module (None when there is none yet); BaselineError
+        when it cannot be read.  The first call clears what killed saves left."""
+        if not self._swept:
+            self._swept = True
+            clean_stale_temps(self.root)
+        path = self.path(key)
+        if path not in self._read:
+            self._read[path] = load(path)
+        return self._read[path]
+
+    def save(self, key: str, entries: Sequence[SaveEntry]) -> None:
+        """Keep ``key``'s entries for the next :meth:`write`."""
+        module, test = split_nodeid(key)
+        self._unwritten.setdefault(self.path(key), []).append((module, test, list(entries)))
+
+    def write(self, keep: str | None = None) -> list[str]:
+        """Write every file saved into but ``keep``'s (the next test's key: more may come);
+        the errors, one line each."""
+        errors = []
+        for path in [p for p in self._unwritten if keep is None or p != self.path(keep)]:
+            saves = self._unwritten.pop(path)
+            tests = [(test, entries) for _, test, entries in saves]
+            try:
+                self._read[path] = save_tests(path, saves[0][0], tests,
+                                              known=self._read.get(path))
+            except BaselineError as exc:
+                errors.append(str(exc))
+            except OSError as exc:
+                errors.append(f"distperf: cannot write the baseline file {path}: {exc}; "
+                              f"the baselines of {', '.join(t for t, _ in tests)} were not "
+                              "saved")
+        return errors
