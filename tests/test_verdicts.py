@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -30,10 +31,11 @@ else:  # pragma: no cover
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 RUN = ("--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA")
-#: A save of six measurements of a metric with the control, as many as a comparison takes:
-#: these tests' saves are there for what they test, and twelve (the default) would double
-#: their time; test_a_save_takes_twelve_measurements_by_default checks the default.
-SAVE = ("--distperf-save", f"--distperf-save-measurements={rule._CONTROL_MEASUREMENTS}")
+#: A save of three measurements of a metric with the control: these tests' saves are there
+#: for what they test, with effects (3x, 2x) that three measurements tell;
+#: test_a_save_takes_twelve_measurements_by_default checks the default.
+SAVE_MEASUREMENTS = 3
+SAVE = ("--distperf-save", f"--distperf-save-measurements={SAVE_MEASUREMENTS}")
 #: Measurements of a save of a controlled metric (read here: the verdict's rule imports numpy,
 #: which cannot be imported again after a pytester run has unloaded it)
 
@@ -103,7 +105,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     sizes = same.get("measurements", [10])
     assert len(same["samples"]) == len(same["control"]) == len(same["memory_control"]) \
         == sum(sizes)
-    assert set(sizes) == {10} and 1 <= len(sizes) <= rule._CONTROL_MEASUREMENTS
+    assert set(sizes) == {10} and 1 <= len(sizes) <= SAVE_MEASUREMENTS
     _make_murky(stored)
     saved = stored.read_bytes()
 
@@ -484,6 +486,39 @@ NO_LIMITS = ("-o", "distperf_max_comm_overhead=1", "-o", "distperf_max_imbalance
 SAME_RANKS = "--distperf-same-ranks"
 
 
+STRICT = "--distperf-strict"
+
+
+def slower(verdict: dict) -> None:
+    """A timing verdict of a change several times the tolerance: regressed, or beside a busy
+    neighbour too noisy to tell; never unchanged."""
+    if verdict["verdict"] == bl.INCONCLUSIVE:
+        assert "too noisy to tell" in verdict["detail"], verdict
+    else:
+        assert verdict["verdict"] == bl.REGRESSED, verdict
+
+
+@pytest.fixture(scope="module")
+def step_baseline(tmp_path_factory: pytest.TempPathFactory,
+                  run_environment: dict[str, str]) -> str:
+    """STEP_CHANGES saved once for the module's step tests: the baseline file's text."""
+    folder = tmp_path_factory.mktemp("step_save")
+    (folder / "test_step.py").write_text(STEP_CHANGES)
+    run = subprocess.run([sys.executable, "-m", "pytest", *RUN, *SAVE, *NO_LIMITS, SAME_RANKS],
+                         cwd=folder, env=run_environment, capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    return (folder / "perf_baselines" / "test_step.toml").read_text()
+
+
+def with_step_baseline(pytester: pytest.Pytester, baseline: str) -> dict:
+    """STEP_CHANGES and its saved baseline in ``pytester``'s project: the baseline's data."""
+    pytester.makepyfile(test_step=STEP_CHANGES)
+    folder = pytester.mkdir("perf_baselines")
+    (folder / "test_step.toml").write_text(baseline)
+    return tomllib.loads(baseline)
+
+
 def compare_step(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
                  *options: str, **env: str) -> tuple[pytest.RunResult, dict[str, dict]]:
     """A compare run of STEP_CHANGES with ``env`` set (and more command-line ``options``):
@@ -501,16 +536,13 @@ def compare_step(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
 
 
 def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, step_baseline: str) -> None:
     """Real DDP steps on gloo: smaller buckets (more all-reduces, the same bytes) and an
     extra barrier per step are regressions of exact counts, whatever the host's speed; the
     failure names the change beside it.  Only exact verdicts are asserted: the timings of
     this tiny model are left to the noise (and re-measured on the pool's own ranks, which
     is quicker: exact counts are measured once)."""
-    pytester.makepyfile(test_step=STEP_CHANGES)
-    pytester.runpytest_subprocess(*RUN, *SAVE, *NO_LIMITS,
-                                  SAME_RANKS).assert_outcomes(passed=1)
-    data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
+    data = with_step_baseline(pytester, step_baseline)
     (entry,) = data["tests"]["test_step"].values()
     metrics = entry["metrics"]
     assert metrics["comm.all_reduce.bytes"] == {"unit": "B/step", "higher_is_better": False,
@@ -546,42 +578,38 @@ def test_a_change_in_the_collectives_of_a_step_fails_exactly_and_says_why(
     assert (barrier["verdict"], barrier["baseline"], barrier["current"]) == (bl.REGRESSED, 0, 1)
     assert barrier["explanation"] == "barrier: new, 1 call(s)/step: an extra barrier in the step?"
     assert verdicts["comm.all_reduce.calls"]["verdict"] == bl.UNCHANGED
-
-    # the same step again: every exact count unchanged
-    _, verdicts = compare()
-    assert {v["verdict"] for v in verdicts.values() if v["kind"] == "exact"} == {bl.UNCHANGED}
+    # (the same step's counts unchanged: test_a_slower_step_is_judged_by_the_part_that_grew)
 
 
 def test_a_slower_step_is_judged_by_the_part_that_grew(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, step_baseline: str) -> None:
     """Real DDP steps on gloo, made several times slower in one part: a sleep in the loss
     (compute: every step, synchronised or not) or in the comm hook (communication: the
     synchronised steps only).  Compute is its own measured metric, and the failure says
     which part grew.  Re-measured on the pool's own ranks (quicker; fresh ranks are
     tested below)."""
-    pytester.makepyfile(test_step=STEP_CHANGES)
-    pytester.runpytest_subprocess(*RUN, *SAVE, *NO_LIMITS,
-                                  SAME_RANKS).assert_outcomes(passed=1)
-    data = tomllib.loads((pytester.path / "perf_baselines" / "test_step.toml").read_text())
+    data = with_step_baseline(pytester, step_baseline)
     (env_id,) = data["tests"]["test_step"]
     compute = (flat_metrics(data, "test_step", env_id) or {})["compute_time_s"]
     assert compute["kind"] == "" and len(compute["control"]) == len(compute["samples"]), compute
 
     # 30 ms more compute per step: the compute regressed, and the step with it
-    result, verdicts = compare_step(pytester, monkeypatch, SAME_RANKS, COMPUTE_NAP="0.03")
+    result, verdicts = compare_step(pytester, monkeypatch, SAME_RANKS, STRICT,
+                                    COMPUTE_NAP="0.03")
     assert result.ret == 1, verdicts
     compute, step = verdicts["compute_time_s"], verdicts["step_time_s"]
-    assert compute["verdict"] == bl.REGRESSED and compute["change"] > 1.0, compute
-    assert step["verdict"] == bl.REGRESSED, step
+    slower(compute)
+    slower(step)
+    assert compute["change"] > 1.0, compute
     assert re.search(r"compute \+\d+%", step["explanation"]), step["explanation"]
     exact = {v["metric"]: v["verdict"] for v in verdicts.values() if v["kind"] == "exact"}
     assert set(exact.values()) == {bl.UNCHANGED}, exact
 
     # 30 ms more in the comm hook: communication grew, the compute did not
-    result, verdicts = compare_step(pytester, monkeypatch, SAME_RANKS, COMM_NAP="0.03")
+    result, verdicts = compare_step(pytester, monkeypatch, SAME_RANKS, STRICT, COMM_NAP="0.03")
     assert result.ret == 1, verdicts
     overhead = verdicts["comm_overhead"]
-    assert overhead["verdict"] == bl.REGRESSED, overhead
+    slower(overhead)
     assert "exposed communication" in overhead["explanation"]
     step, compute = verdicts["step_time_s"], verdicts["compute_time_s"]
     exposed = verdicts["exposed_comm_s"]
@@ -591,7 +619,7 @@ def test_a_slower_step_is_judged_by_the_part_that_grew(
     assert compute["current"] - compute["baseline"] < 0.01, compute
     assert step["change"] > 1.0, step
     # the step's own verdict stands, whatever its compute did
-    assert step["verdict"] == bl.REGRESSED, step
+    slower(step)
     assert "exposed communication" in step["explanation"], step
     assert "exposed communication unchanged" not in step["explanation"], step
 
