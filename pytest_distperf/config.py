@@ -384,40 +384,25 @@ def resolve_thresholds(*layers: Mapping[str, float] | None) -> dict[str, float]:
     return out
 
 
-# -- the options' help texts (pytest --help, one line each) ------------------------------
-HELP_ENABLE = "enable distributed performance tests (without it they are skipped)"
-HELP_GPUS = ("ranks per process group, the world size (default: visible CUDA devices, "
-             "or 2 where there are none)")
-HELP_BACKEND = ("auto (default): NCCL with one GPU per rank when enough GPUs are visible, "
-                "otherwise gloo on CPU; or nccl, gloo")
-HELP_SAVE = "write this run's results as the new baselines instead of comparing against them"
-HELP_BASELINES = "baseline folder (default: perf_baselines under the rootdir)"
-HELP_TIMEOUT = (f"longest any one call on the ranks may take before they are declared hung, "
-                f"in seconds (default {DEFAULT_TIMEOUT_S:g})")
-HELP_JSON = "write a machine-readable report of every result and verdict to PATH"
-HELP_TRACE = "folder for merged multi-rank traces written by dist_profiler"
-HELP_STRICT = "treat inconclusive verdicts (too noisy to tell) as failures"
-HELP_SAME_RANKS = ("repeat ddp_step_timer measurements (a save's, a confirmation's) on the "
-                   "pool's own ranks; by default on CPU ranks each round of them runs on "
-                   "freshly started ones, so that one set of processes' speed does not decide "
-                   "a baseline or a verdict")
-HELP_BIND = ("bind each rank of a gloo pool to its own cores (threads per rank of them) "
-             "where the ranks fit on them, as CPU training jobs are run; baselines are kept "
-             "apart by it (default: the scheduler places the ranks)")
-HELP_SAVE_MEASUREMENTS = ("how many measurements a save pools for a metric with the host-speed "
-                          "control (default 12, twice the most a comparison takes: every "
-                          "later comparison shares the baseline's error)")
-HELP_TOLERANCE = ("the change a baseline comparison must catch, relative (default 0.10); the "
-                  "marker's tolerance and the baseline file's thresholds table override it")
-HELP_EXACT_TOLERANCE = ("how far an exact metric (collective calls or bytes per step) may move "
-                        "from its baseline, absolute (default 0: any change); the marker's "
-                        "exact_tolerance and the baseline file's thresholds table override it")
+#: The run header's pointer to the docs.
+DOCS_LINE = ("distperf: options in pytest --help; how to read this run: the README and docs/ "
+             "of pytest-distperf")
 
-HELP_MARKDOWN = ("write a Markdown summary (environment, regressions and improvements, what "
-                 "changed, artifacts) to PATH; it is also appended to $GITHUB_STEP_SUMMARY "
-                 "whenever that variable is set")
-HELP_PLOTS = ("write PNG plots of the results into folder DIR: bus bandwidth, scaling, "
-              "per-rank steps, regressions (needs matplotlib: pip install "
-              "'pytest-distperf[plot]')")
-HELP_EXPORT = ("write every figure for a history dashboard to PATH, as FORMAT bmf (Bencher "
-               "Metric Format) or gab (github-action-benchmark); may be given more than once")
+# -- the options' help texts (pytest --help: one line each; docs/options.md says more) ----
+HELP_ENABLE = "run the distributed performance tests (skipped without it)"
+HELP_GPUS = "ranks per process group (default: visible GPUs, or 2 without any)"
+HELP_BACKEND = "auto (default: NCCL when a GPU per rank is visible, else gloo), nccl, gloo"
+HELP_SAVE = "save this run's results as the baselines instead of comparing"
+HELP_BASELINES = "baseline folder (default: perf_baselines under the rootdir)"
+HELP_TIMEOUT = f"seconds a call on the ranks may take before a hang (default {DEFAULT_TIMEOUT_S:g})"
+HELP_JSON = "write every result and verdict as JSON to PATH"
+HELP_TRACE = "folder for the merged traces of dist_profiler"
+HELP_STRICT = "fail on inconclusive verdicts (too noisy to tell) too"
+HELP_SAME_RANKS = "re-measure ddp_step_timer steps on the pool's ranks, not fresh ones"
+HELP_BIND = "bind each gloo rank to its own cores (baselines are kept apart by it)"
+HELP_SAVE_MEASUREMENTS = "measurements a save pools for a controlled metric (default 12)"
+HELP_TOLERANCE = "the relative change a comparison must catch (default 0.10)"
+HELP_EXACT_TOLERANCE = "how far an exact count may move from its baseline (default 0)"
+HELP_MARKDOWN = "write a Markdown summary to PATH (and to $GITHUB_STEP_SUMMARY if set)"
+HELP_PLOTS = "write PNG plots into DIR (needs matplotlib)"
+HELP_EXPORT = "write every figure to PATH as FORMAT bmf or gab, for a history dashboard"

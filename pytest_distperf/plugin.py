@@ -21,6 +21,7 @@ from pytest_distperf.config import (
     DEFAULT_THRESHOLDS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_TOLERANCE,
+    DOCS_LINE,
     HELP_BACKEND,
     HELP_BASELINES,
     HELP_BIND,
@@ -130,13 +131,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(ini, help_text, type="string", default="")
     group.addoption("--distperf-export", action="append", nargs=2, default=None,
                     dest="distperf_export", metavar=("FORMAT", "PATH"), help=HELP_EXPORT)
-    parser.addini("distperf_export", HELP_EXPORT + "; in the ini file one 'FORMAT PATH' per "
-                  "line", type="linelist", default=[])
+    parser.addini("distperf_export", "'FORMAT PATH' lines: " + HELP_EXPORT, type="linelist",
+                  default=[])
     for name, default in DEFAULT_THRESHOLDS.items():
-        parser.addini(f"distperf_{name}",
-                      f"project-wide {name} threshold (default "
-                      f"{'off' if default == float('inf') else f'{default:g}'}); the baseline "
-                      f"file's thresholds table and the distperf marker override it",
+        parser.addini(f"distperf_{name}", f"the {name} threshold (default "
+                      f"{'off' if default == float('inf') else f'{default:g}'})",
                       type="string", default="")
 
 
@@ -286,11 +285,11 @@ def pytest_configure(config: pytest.Config) -> None:
         session.resolve()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> str | list[str]:
     session = config.stash.get(SESSION_KEY, None)
     if session is None or not session.cfg.enabled:
         return "distperf: disabled (distributed performance tests are skipped; use --distperf)"
-    return session.header()
+    return [session.header(), DOCS_LINE]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_distperf import config
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
          *sorted((ROOT / "benchmarks").glob("*.md"))]
@@ -44,3 +46,11 @@ def test_options_page_matches_the_plugin(pytester: pytest.Pytester) -> None:
     assert flags and inis, "the plugin registered no options: is it installed?"
     assert flags == set(FLAG.findall(page)), (flags ^ set(FLAG.findall(page)))
     assert inis == set(INI.findall(page)), (inis ^ set(INI.findall(page)))
+
+
+
+def test_every_help_text_is_one_line() -> None:
+    """Each option's help is one short line in ``pytest --help``; docs/options.md says more."""
+    texts = {k: v for k, v in vars(config).items() if k.startswith("HELP_")}
+    assert len(texts) >= 17 and all(len(v) <= 80 and "\n" not in v for v in texts.values()), {
+        k: len(v) for k, v in texts.items() if len(v) > 80}
