@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from quick_runs import ONE_SAVE, quick_env
 
 #: The longest one multi-node run may take before its agents are killed.
 AGENT_TIMEOUT_S = 180
@@ -112,12 +113,14 @@ def free_port() -> int:
 def torchrun(nnodes: int, nproc: int, endpoint: str, run_id: str, *extra: str,
              save: bool = False) -> list[str]:
     """One agent's command line: it runs the suite with a JSON report (and saves baselines
-    with ``save``: saving re-measures a noisy figure, which costs time)."""
+    with ``save``, one measurement of each timing: where they are written is the point)."""
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
             "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint",
             endpoint, "--rdzv-id", run_id, "--tee", "3", *extra,
             "-m", "pytest", "-p", "no:cacheprovider", "--distperf",
-            *(["--distperf-save"] if save else []), "--distperf-json", "report.json", "-rA"]
+            *(["--distperf-save", *ONE_SAVE, "--distperf-save-measurements", "1"] if save
+              else []),
+            "--distperf-json", "report.json", "-rA"]
 
 
 def checkout(root: Path, name: str) -> Path:
@@ -185,8 +188,8 @@ def run_agents(commands: list[tuple[list[str], Path, dict[str, str]]]) -> list[s
 
 
 def agent_env(name: str, **extra: str) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "DISTPERF_TEST_AGENT": name,
-            "PAIR_ITERS": "4", **extra}
+    return quick_env(**{"OMP_NUM_THREADS": "1", "DISTPERF_TEST_AGENT": name, "PAIR_ITERS": "4",
+                        **extra})
 
 
 def reports(folders: list[Path]) -> list[Path]:

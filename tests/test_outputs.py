@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from quick_runs import ONE_SAVE, quick_env
 
 from pytest_distperf.fixtures.results import record_to_dict
 from pytest_distperf.report import jsonreport
@@ -122,7 +123,7 @@ def _pytest(folder: Path, *args: str, **env: str) -> str:
     added to the environment); its output."""
     proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=folder, check=False,
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **env}, umask=UMASK)
+                          env=quick_env(**env), umask=UMASK)
     return proc.stdout + proc.stderr
 
 
@@ -133,8 +134,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     (folder / "test_perf.py").write_text(PERF)
     (folder / "test_counts.py").write_text(COUNTS)
     (folder / "extra.py").write_text(EXTRA)
-    saved = _pytest(folder, *BASE, "--distperf-save", "test_counts.py", "extra.py::test_quiet",
-                    DISTPERF_TEST_CALLS="1")
+    saved = _pytest(folder, *BASE, "--distperf-save", *ONE_SAVE, "test_counts.py",
+                    "extra.py::test_quiet", DISTPERF_TEST_CALLS="1")
     assert "2 passed" in saved, saved
     out = folder / "out"
     summary = out / "step_summary.md"
@@ -236,13 +237,21 @@ def test_quiet_keeps_the_regressions_and_the_counts(run: Run) -> None:
     assert len(loud) > len(quiet) and quiet[0] in loud
 
 
-def test_quiet_through_the_plugin_keeps_regressions_and_counts_in_plain_text(run: Run) -> None:
+@pytest.fixture(scope="module")
+def quiet_run(run: Run) -> str:
+    """extra.py's two tests with -q and --color=no, and a JUnit XML file: the output."""
+    return _pytest(run.path, *BASE, "-q", "--color=no", "extra.py::test_quiet",
+                   "extra.py::test_raises", "--junitxml", str(run.out / "raised.xml"),
+                   DISTPERF_TEST_CALLS="3")
+
+
+def test_quiet_through_the_plugin_keeps_regressions_and_counts_in_plain_text(
+        quiet_run: str) -> None:
     """-q keeps the counts and the regressions and drops the per-metric rows (the unchanged
     second profile's among them); --color=no: no colour codes at all."""
-    text = _pytest(run.path, *BASE, "-q", "--color=no", "extra.py::test_quiet",
-                   DISTPERF_TEST_CALLS="3")
+    text = quiet_run
     assert "\x1b[" not in text
-    assert "1 failed" in text, text
+    assert "2 failed" in text, text  # test_quiet regressed, test_raises raised
     # the distperf section alone (with $CI set, pytest's short summary follows it with the
     # failure messages uncut)
     section = text.split("distperf summary", 1)[1].splitlines()[1:]
@@ -258,13 +267,12 @@ def test_quiet_through_the_plugin_keeps_regressions_and_counts_in_plain_text(run
                 if " ranks] " in line or re.match(r"    \S", line)], summary
 
 
-def test_junit_xml_holds_the_figures_of_a_test_that_raised(run: Run) -> None:
+def test_junit_xml_holds_the_figures_of_a_test_that_raised(run: Run, quiet_run: str) -> None:
     from xml.etree import ElementTree
 
-    junit = run.out / "raised.xml"
-    text = _pytest(run.path, *BASE, "extra.py::test_raises", "--junitxml", str(junit))
-    assert "RuntimeError: raised after recording a figure" in text, text
-    (case,) = ElementTree.parse(junit).iter("testcase")
+    assert "RuntimeError: raised after recording a figure" in quiet_run, quiet_run
+    cases = {c.get("name"): c for c in ElementTree.parse(run.out / "raised.xml").iter("testcase")}
+    case = cases["test_raises"]
     assert case.find("failure") is not None
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert set(props) == {"distperf.tiny.time_s"}, props

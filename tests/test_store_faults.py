@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from quick_runs import ONE_SAVE, quick_env
 
 from pytest_distperf import verdict as bl
 from pytest_distperf.records import Environment, Measurement, Metric, TestRecord, Verdict
@@ -99,7 +100,7 @@ def test_a_killed_save_leaves_nothing_a_commit_picks_up_and_the_next_run_clears_
         tmp_path: Path) -> None:
     root = tmp_path / "perf_baselines"
     path = root / "tests" / "test_x.toml"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = quick_env({**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     writer = subprocess.Popen([sys.executable, "-c", _KILLED_SAVE, str(path)], env=env,
                               stdout=subprocess.PIPE, text=True)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "WRITING"
@@ -173,18 +174,19 @@ TWO_TESTS = textwrap.dedent("""
 
 
 def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = quick_env({**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     return subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], check=False,
                           cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One save of a module of two tests (3 measurements each), shared by the tests below."""
+    """One save of a module of two tests (one measurement each: what is saved, not how well,
+    is the point), shared by the tests below."""
     folder = tmp_path_factory.mktemp("gate")
     (folder / "test_two.py").write_text(TWO_TESTS)
     (folder / "pytest.ini").write_text("[pytest]\n")
-    result = _pytest(folder, "--distperf-save", "--distperf-save-measurements=3")
+    result = _pytest(folder, "--distperf-save", *ONE_SAVE)
     assert result.returncode == 0, result.stdout + result.stderr
     return folder, result.stdout
 
