@@ -54,6 +54,7 @@ from pytest_distperf.verdict.store import (
     environment_id,
     same_environment,
 )
+from pytest_distperf.verdict.storefile import stored_samples
 
 #: What a re-measurement gives back: fresh metrics and the noise probe's figures.
 Remeasured = tuple[Sequence[Metric], NoiseFigures | None]
@@ -374,8 +375,11 @@ class Save(Judgement):
                                fraction=metric.is_fraction)
         if metric.kind == EXACT:
             detail = explain.saved_exact(sorted({x.value for x in self.measured[name]}), count)
-        # what its comparisons can tell (None without the control or 3 measurements)
-        told = detectable(new) if metric.kind == MEASURED else None
+        # what its comparisons can tell (None without the control or 3 measurements), from
+        # the samples as the file keeps them: what every later comparison meets
+        kept = dataclasses.replace(new, measured=dataclasses.replace(
+            m, samples=stored_samples(m.samples)))
+        told = detectable(kept) if metric.kind == MEASURED else None
         # a count does not depend on the host: no advice to re-save it on a quieter one
         noisy = self.noise_of(name, m) if metric.kind != EXACT else []
         detail = "; ".join(filter(None, (

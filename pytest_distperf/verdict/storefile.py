@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, is_number, shown
-from pytest_distperf.records import EXACT, INFORMATIONAL, MEASURED
+from pytest_distperf.records import EXACT, INFORMATIONAL, MEASURED, Samples
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,6 +77,15 @@ def rounded(value: float, digits: int) -> float:
 
 
 # -- reading ---------------------------------------------------------------------------------
+def stored_samples(samples: Samples) -> Samples:
+    """``samples`` as a saved file keeps them: each value rounded to SAMPLE_DIGITS."""
+    def kept(values: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(rounded(v, SAMPLE_DIGITS) for v in values)
+
+    return Samples(kept(samples.values), kept(samples.control), kept(samples.memory_control),
+                   samples.sizes)
+
+
 def flat_metrics(data: Mapping[str, Any], test: str, env_id: str
                  ) -> dict[str, dict[str, Any]] | None:
     """The flat table of every metric of ``test`` in ``env_id``; None without an entry."""
