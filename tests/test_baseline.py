@@ -1570,9 +1570,11 @@ def _kill(pid: int) -> None:
 def test_a_busy_child_of_a_measured_process_is_not_a_neighbour() -> None:
     """A rank's DataLoader worker, a process a test starts: its CPU time is the test's.  The
     same busy loop reads as far less other load as the child of a measured process than as a
-    stranger; asserted as a ratio of two readings in one run."""
+    stranger; asserted on the two readings less what the machine's other processes took
+    (a busy neighbour, another test run) just before."""
     from pytest_distperf.common import procs
 
+    background = _other_load_around([])
     loop = "while True: pass"
     rank = _detached(f"import subprocess, sys; subprocess.run([sys.executable, '-c', {loop!r}])")
     try:
@@ -1587,7 +1589,10 @@ def test_a_busy_child_of_a_measured_process_is_not_a_neighbour() -> None:
         as_stranger = _other_load_around([])
     finally:
         _kill(stranger)
-    assert as_child < as_stranger / 2, (as_child, as_stranger)
+    if as_stranger - background < 0.2:  # every CPU already taken: no reading can tell
+        pytest.skip(f"the machine was saturated ({background:.0%} other load before)")
+    assert as_child - background < (as_stranger - background) / 2, (
+        background, as_child, as_stranger)
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the probe reads Linux's /proc")
