@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from quick_runs import ONE_SAVE
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 RUN = ("-p", "no:cacheprovider", "-rA", "-o", "distperf_max_comm_overhead=1",
        "-o", "distperf_max_imbalance=100", "-o", "distperf_min_pipeline_utilisation=0",
        "-o", "distperf_max_tp_comm_share=1")
-#: For a save whose timings no test compares: one measurement of each (not 4-6).
-ONE_SAVE = ("-p", "distperf_one_save")
 
 #: A two-layer MLP in the shape TP splits: column-wise, then row-wise (one all-reduce of
 #: the output per forward; the input needs no gradient, so backward adds none).

@@ -377,9 +377,8 @@ class Save(Judgement):
             detail = explain.saved_exact(sorted({x.value for x in self.measured[name]}), count)
         # what its comparisons can tell (None without the control or 3 measurements), from
         # the samples as the file keeps them: what every later comparison meets
-        kept = dataclasses.replace(new, measured=dataclasses.replace(
-            m, samples=stored_samples(m.samples)))
-        told = detectable(kept) if metric.kind == MEASURED else None
+        told = detectable(dataclasses.replace(new, measured=dataclasses.replace(
+            m, samples=stored_samples(m.samples)))) if metric.kind == MEASURED else None
         # a count does not depend on the host: no advice to re-save it on a quieter one
         noisy = self.noise_of(name, m) if metric.kind != EXACT else []
         detail = "; ".join(filter(None, (

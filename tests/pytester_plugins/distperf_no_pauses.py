@@ -5,23 +5,14 @@ tests/test_baseline.py checks the pauses themselves."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
-from pytest_distperf.verdict import judgement
-
-_PAUSES = ("_CONFIRM_PAUSES_S", "_CONTROL_PAUSE_S", "_SAVE_PAUSE_S", "_NOISY_BACKOFF_S")
-_saved: dict[str, Any] = {}
+from judgement_patch import JudgementPatch
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    for name in _PAUSES:
-        value = getattr(judgement, name)
-        _saved[name] = value
-        setattr(judgement, name, (0.0,) * len(value) if isinstance(value, tuple) else 0.0)
+def _zero(value: float | tuple[float, ...]) -> float | tuple[float, ...]:
+    return (0.0,) * len(value) if isinstance(value, tuple) else 0.0
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    for name, value in _saved.items():
-        setattr(judgement, name, value)
+_PATCH = JudgementPatch({name: _zero for name in (
+    "_CONFIRM_PAUSES_S", "_CONTROL_PAUSE_S", "_SAVE_PAUSE_S", "_NOISY_BACKOFF_S")})
+pytest_configure = _PATCH.pytest_configure
+pytest_unconfigure = _PATCH.pytest_unconfigure

@@ -5,22 +5,8 @@ own measurement counts."""
 
 from __future__ import annotations
 
-from typing import Any
+from judgement_patch import JudgementPatch
 
-import pytest
-
-from pytest_distperf.verdict import judgement
-
-_COUNTS = {"_SAVE_MEASUREMENTS": 1, "_SAVE_MAX_MEASUREMENTS": 1}
-_saved: dict[str, Any] = {}
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for name, value in _COUNTS.items():
-        _saved[name] = getattr(judgement, name)
-        setattr(judgement, name, value)
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    for name, value in _saved.items():
-        setattr(judgement, name, value)
+_PATCH = JudgementPatch({"_SAVE_MEASUREMENTS": 1, "_SAVE_MAX_MEASUREMENTS": 1})
+pytest_configure = _PATCH.pytest_configure
+pytest_unconfigure = _PATCH.pytest_unconfigure
