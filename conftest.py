@@ -6,9 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401  (before any in-process run: torch cannot be imported twice)
+from _pytest.pytester import SysModulesSnapshot
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 from quick_runs import PLUGINS, quick_env
+
+from pytest_distperf.verdict import judgement
 
 pytest_plugins = ("pytester",)
 
@@ -24,9 +28,26 @@ def run_environment() -> dict[str, str]:
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """pytester, its runs in :func:`quick_env`: the verdict's pauses between measurements
-    set to zero (tests/pytester_plugins/distperf_no_pauses.py), unused plugins off."""
-    monkeypatch.syspath_prepend(str(PLUGINS))  # in-process runs
+    set to zero (tests/pytester_plugins/distperf_no_pauses.py), unused plugins off.
+
+    ``runpytest`` runs in this process (2 s less than a subprocess: no new Python, no torch
+    import); after it, only the modules of pytester's folders are forgotten, so the next run
+    imports its own test modules again while torch, imported once, stays."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
     env = quick_env()
     for key in _SET:
         monkeypatch.setenv(key, env[key])
+    root = str(pytester.path.parent.parent)
+
+    def keep(name: str) -> bool:
+        return not (getattr(sys.modules.get(name), "__file__", None) or "").startswith(root)
+
+    monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot",
+                        lambda: SysModulesSnapshot(preserve=keep))
+    monkeypatch.setattr(pytester, "_sys_modules_snapshot", SysModulesSnapshot(preserve=keep))
+    # the pytester plugins set the judgement's constants for a run: back after the test even
+    # where a run ended before pytest_unconfigure
+    for name, value in vars(judgement).items():
+        if isinstance(value, (int, float, tuple)):
+            monkeypatch.setattr(judgement, name, value)
     return pytester

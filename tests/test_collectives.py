@@ -393,7 +393,7 @@ def test_bench_on_real_gloo_groups(pytester: pytest.Pytester,
     monkeypatch.setenv("DISTPERF_SUITE_ITERS", "2")
     monkeypatch.setenv("DISTPERF_SUITE_PAIR_SIZE", "8KiB")
     json_path = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "test_bench.py", "--pyargs", "pytest_distperf.suite", "--distperf", "--gpus", "4",
         "-p", "no:cacheprovider", f"--distperf-json={json_path}", "-rf")
     suite_tests = len(OPS) + 1

@@ -235,7 +235,7 @@ def test_more_ranks_than_cores_is_said_in_the_header(pytester: pytest.Pytester) 
     # the header comes before any pool starts: the ranks, more than the cores, are not
     # started here (4 ranks on 2 cores run in tests/test_parallel.py)
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("--distperf", "--gpus", str(cores + 1),
+    result = pytester.runpytest("--distperf", "--gpus", str(cores + 1),
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"distperf: warning: {cores + 1} ranks on {cores} CPU cores: *"])
@@ -253,7 +253,7 @@ def test_bind_reaches_the_ranks(pytester: pytest.Pytester) -> None:
         "    got = nccl_group.run(lambda: sorted(os.sched_getaffinity(0)))\n"
         "    assert len(got[0]) == len(got[1]) == 1 and got[0] != got[1], got\n"
         "    nccl_group.measure('nap', lambda: None, iters=5)\n"))
-    result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", "--distperf-bind",
+    result = pytester.runpytest("--distperf", "--gpus", "2", "--distperf-bind",
                                            "--distperf-json", "r.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*pool: *each rank bound to its own cores*"])

@@ -308,7 +308,7 @@ def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
     # a project-wide threshold from the ini file (markers still override it)
     pytester.makeini("[pytest]\ndistperf_min_scaling_efficiency = 0.75\n")
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA",
         "--distperf-json", str(report))
     data = json.loads(report.read_text()) if report.exists() else {}
@@ -395,7 +395,7 @@ def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
 def test_a_bad_ini_threshold_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ndistperf_max_imbalance = lots\n")
     pytester.makepyfile(test_x="def test_x(): pass")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*distperf_max_imbalance: expected a number, got 'lots' "
                                  "(from distperf_max_imbalance in *tox.ini)*"])
@@ -407,7 +407,7 @@ def test_ddp_step_timer_is_skipped_without_distperf(pytester: pytest.Pytester) -
         def test_timer(ddp_step_timer):
             raise AssertionError("must not run")
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*--distperf*"])
 
@@ -589,7 +589,13 @@ def test_alternating(ddp_step_timer):
 FORCED_NOISE = r'''
 from pytest_distperf.verdict import noise
 
-noise.NoiseFigures.too_noisy = lambda self: ["CPU wait 40% > 25% (forced by the test)"]
+REAL = noise.NoiseFigures.too_noisy
+
+def pytest_configure(config):
+    noise.NoiseFigures.too_noisy = lambda self: ["CPU wait 40% > 25% (forced by the test)"]
+
+def pytest_unconfigure(config):  # the run is in the suite's process
+    noise.NoiseFigures.too_noisy = REAL
 '''
 
 
@@ -603,7 +609,7 @@ def test_a_breach_the_noise_could_have_made_warns_and_fails_only_when_strict(
     pytester.makepyfile(test_alt=ALTERNATING)
     pytester.makeconftest(FORCED_NOISE)
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA",
         "--distperf-json", str(report), *(["--distperf-strict"] if strict else []))
     (test,) = json.loads(report.read_text())["tests"]

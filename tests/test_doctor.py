@@ -448,7 +448,7 @@ def test_the_quick_check_on_gloo_ranks_reports_a_busy_neighbour(
     monkeypatch.setenv("DISTPERF_DOCTOR_QUICK", "1")
     json_path = pytester.path / "runner.json"
     with neighbour() as pid:
-        result = pytester.runpytest_subprocess(
+        result = pytester.runpytest(
             "--pyargs", "pytest_distperf.doctor", "--distperf", "--gpus", "2",
             "-p", "no:cacheprovider", f"--distperf-json={json_path}")
     result.assert_outcomes(passed=7, skipped=1)

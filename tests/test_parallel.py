@@ -135,7 +135,7 @@ def test_fsdp_with_tp_on_a_2x2_mesh_and_a_tp_size_change_explained(
     pytester.makepyfile(test_four=FOUR_RANKS)
     four = ("--distperf", "--gpus", "4", *RUN, "-s", "--distperf-same-ranks")
     # one measurement of each timing saved: the comparison is of the exact metrics
-    result = pytester.runpytest_subprocess(*four, "-k", "test_tp_size", "--distperf-save",
+    result = pytester.runpytest(*four, "-k", "test_tp_size", "--distperf-save",
                                            *ONE_SAVE)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*BODY-OK tp size 1*"])
@@ -143,7 +143,7 @@ def test_fsdp_with_tp_on_a_2x2_mesh_and_a_tp_size_change_explained(
     report = pytester.path / "report.json"
     # the 2 x 2 tests have no baseline; test_tp_size's timings are not the point: at a
     # tolerance of 100% they are not measured again
-    result = pytester.runpytest_subprocess(*four, "--distperf-tolerance", "1",
+    result = pytester.runpytest(*four, "--distperf-tolerance", "1",
                                            f"--distperf-json={report}")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*BODY-OK 2x2*", "*BODY-OK pp x dp*", "*BODY-OK tp size 2*"])
@@ -295,7 +295,7 @@ def test_pipelines_on_two_ranks(pytester: pytest.Pytester) -> None:
     named with the blocks to move (and failing ``max_imbalance``), slow sends measured as
     the ``pp`` dimension's exposed communication."""
     pytester.makepyfile(test_pipes=PIPELINES)
-    result = pytester.runpytest_subprocess(*TWO_PIPES, "-s", "-k", "not test_microbatch_count")
+    result = pytester.runpytest(*TWO_PIPES, "-s", "-k", "not test_microbatch_count")
     result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(["*BODY-OK gpipe*", "*BODY-OK unbalanced*",
                                  "*BODY-OK slow sends*"])
@@ -311,11 +311,11 @@ def test_a_microbatch_count_change_fails_exactly(pytester: pytest.Pytester,
     sends, the same bytes."""
     pytester.makepyfile(test_pipes=PIPELINES)
     only = (*TWO_PIPES, "-k", "test_microbatch_count", "--distperf-same-ranks")
-    pytester.runpytest_subprocess(*only, "--distperf-save", *ONE_SAVE).assert_outcomes(passed=1)
+    pytester.runpytest(*only, "--distperf-save", *ONE_SAVE).assert_outcomes(passed=1)
     monkeypatch.setenv("MICROBATCHES", "8")
     report = pytester.path / "report.json"
     # the timings are not the point: at a tolerance of 100% they are not measured again
-    result = pytester.runpytest_subprocess(*only, "--distperf-tolerance", "1",
+    result = pytester.runpytest(*only, "--distperf-tolerance", "1",
                                            f"--distperf-json={report}")
     result.assert_outcomes(failed=1)
     (test,) = json.loads(report.read_text())["tests"]
@@ -348,7 +348,7 @@ def test_a_pipeline_that_hangs_is_reported_like_any_hang(pytester: pytest.Pytest
     they were doing, and the next test runs on a fresh pool."""
     pytester.makepyfile(test_hang=HANG)
     # the stuck call is over after 8 s; the others take a second or two, under load too
-    result = pytester.runpytest_subprocess(*TWO_PIPES, "--distperf-timeout", "8")
+    result = pytester.runpytest(*TWO_PIPES, "--distperf-timeout", "8")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*ddp_step_timer.pipeline(GPipe, 2 microbatches, pp=2)*"
                                  "did not finish*"])
@@ -422,7 +422,7 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
     trace.  A GPipe schedule's profile: each stage's microbatches in the per-step view, and
     labelled in the trace.  One run, one pool."""
     pytester.makepyfile(test_two=TWO_RANKS, test_prof="import json\n" + PROFILED)
-    result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", *RUN, "-s")
+    result = pytester.runpytest("--distperf", "--gpus", "2", *RUN, "-s")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*BODY-OK tp*"])
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])

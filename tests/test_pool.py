@@ -359,7 +359,7 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
     os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
     try:
         # the hang is over after 4 s; every other call here takes milliseconds
-        result = pytester.runpytest_subprocess(*BASE, "--distperf-timeout", "4", "-rA")
+        result = pytester.runpytest(*BASE, "--distperf-timeout", "4", "-rA")
     finally:
         del os.environ["DISTPERF_TEST_OUT"]
     return result, tmp_path
@@ -462,6 +462,7 @@ def test_plain():
 
 def test_skipped_without_distperf(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_skips=SKIP_TESTS)
+    # a new process: whether the plugin imports torch shows only where torch is not loaded
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines([
@@ -484,7 +485,7 @@ def test_skipped_without_distperf(pytester: pytest.Pytester) -> None:
 )
 def test_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message: str) -> None:
     pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distperf", *args)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
@@ -493,7 +494,7 @@ def test_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message:
 def test_usage_error_from_ini(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\ndistperf_gpus = many\n")
     pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distperf")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --gpus: *got 'many' (from distperf_gpus in *tox.ini)"])
 
@@ -611,6 +612,7 @@ def test_xdist_spreads_tests_over_two_pools(pytester: pytest.Pytester, tmp_path:
     pytester.makepyfile(test_xdist=XDIST_TESTS)
     os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
     try:
+        # xdist: its workers do not find the pytester plugins from an in-process run
         result = pytester.runpytest_subprocess(*BASE, "-n", "2", "--dist", "load")
     finally:
         del os.environ["DISTPERF_TEST_OUT"]

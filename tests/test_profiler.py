@@ -146,7 +146,7 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
     report_json = tmp_path / "report.json"
     monkeypatch.setenv("DISTPERF_TRACE_DIR", str(trace_dir))
     pytester.makepyfile(test_profiled=PROFILE_TESTS)
-    result = pytester.runpytest_subprocess(*BASE, "--distperf-trace", str(trace_dir),
+    result = pytester.runpytest(*BASE, "--distperf-trace", str(trace_dir),
                                            "--distperf-json", str(report_json))
     result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(["*test_straggler_fails_the_verdict*",
@@ -192,7 +192,7 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
 def test_default_trace_dir_is_the_tests_tmp_path(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_default_dir=DEFAULT_DIR_TEST)
     # one rank is enough here, and cheaper to start
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--distperf", "--gpus", "1")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--gpus", "1")
     result.assert_outcomes(passed=1)
 
 

@@ -42,7 +42,7 @@ def test_the_json_report_is_written_when_asked_even_with_nothing_measured(
     pytester.makepyfile(test_plain="def test_x():\n    pass\n")
     sub = pytester.mkdir("sub")
     monkeypatch.chdir(sub)
-    result = pytester.runpytest_subprocess("--distperf", "--distperf-json", "out.json",
+    result = pytester.runpytest("--distperf", "--distperf-json", "out.json",
                                            str(pytester.path / "test_plain.py"),
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
@@ -61,7 +61,7 @@ def test_a_relative_trace_folder_is_relative_to_where_pytest_was_started(
         "def test_p(dist_profiler):\n    dist_profiler(dist.barrier)\n"))
     sub = pytester.mkdir("sub")
     monkeypatch.chdir(sub)
-    result = pytester.runpytest_subprocess("--distperf", "--gpus", "2", "--distperf-trace",
+    result = pytester.runpytest("--distperf", "--gpus", "2", "--distperf-trace",
                                            "traces", str(pytester.path / "test_profiled.py"),
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

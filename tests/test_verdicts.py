@@ -91,7 +91,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     stored = pytester.path / "perf_baselines" / "test_naps.toml"
 
     # 1. save: every metric is written, once, under this environment
-    result = pytester.runpytest_subprocess(*RUN, *SAVE)
+    result = pytester.runpytest(*RUN, *SAVE)
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 4 saved*"])
     data = tomllib.loads(stored.read_text())
@@ -113,7 +113,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     # 2. compare: 3x slower fails with a table; 0.4x is reported as improved; same passes
     monkeypatch.setenv("NAP_SLOWED", "3")
     monkeypatch.setenv("NAP_FASTER", "0.4")
-    result = pytester.runpytest_subprocess(*RUN)
+    result = pytester.runpytest(*RUN)
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines([
         "*distperf: regressed in test_naps.py::test_slowed (tolerance 10%):",
@@ -154,7 +154,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
 
     # 3. another environment (1 rank, not 2) is never compared against
     monkeypatch.delenv("NAP_SLOWED")
-    result = pytester.runpytest_subprocess("--distperf", "--gpus", "1", "-p",
+    result = pytester.runpytest("--distperf", "--gpus", "1", "-p",
                                            "no:cacheprovider")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
@@ -166,7 +166,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     assert stored.read_bytes() == saved
 
     # 4. --distperf-strict: inconclusive fails, with its figures
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-strict", "-k", "murky")
+    result = pytester.runpytest(*RUN, "--distperf-strict", "-k", "murky")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*distperf: inconclusive in test_naps.py::test_murky*",
@@ -192,7 +192,7 @@ def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) 
         def test_quick(nccl_group):
             nccl_group.measure("quick", nap, 0.001, iters=10, warmup=1)
     """)
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save")
+    result = pytester.runpytest(*RUN, "--distperf-save")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*quick.time_s: {DEFAULT_SAVE_MEASUREMENTS} measurement(s) "
                                  "pooled, with the host-speed control*"])
@@ -241,7 +241,7 @@ def test_bad_baseline_files_are_refused_and_never_changed(pytester: pytest.Pytes
         (folder / f"{name}.toml").write_text(text)
         before[name] = (folder / f"{name}.toml").read_bytes()
     # not even --distperf-save writes over them (comparing reads them the same way)
-    result = pytester.runpytest_subprocess(*RUN, *SAVE)
+    result = pytester.runpytest(*RUN, *SAVE)
     result.assert_outcomes(failed=len(BAD))
     for name, (_, line, words) in BAD.items():
         result.stdout.fnmatch_lines(
@@ -265,7 +265,7 @@ def test_test_files_outside_the_rootdir_keep_their_own_baselines(
             def test_it(nccl_group):
                 nccl_group.measure("{name}", lambda: None, iters=5, warmup=0)
         """))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         *RUN, *SAVE, "--rootdir", str(root), "-c", str(root / "pytest.ini"),
         str(pytester.path / "one"), str(pytester.path / "two"))
     result.assert_outcomes(passed=2)
@@ -290,7 +290,7 @@ def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytes
         def test_it(nccl_group, i):
             nccl_group.measure(f"nap{i}", time.sleep, 0.002, iters=5, warmup=0)
     """))
-    result = pytester.runpytest_subprocess(*RUN, *SAVE, "-n", "3")
+    result = pytester.runpytest_subprocess(*RUN, *SAVE, "-n", "3")  # xdist: a new process
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*distperf verdicts (per metric): 3 saved*"])
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_many.toml").read_text())
@@ -322,7 +322,7 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
             reps = 150 * int(os.environ.get("WORK_SCALE", "1"))  # about 10 ms
             nccl_group.measure("work", work, a, reps, iters=10, warmup=1)
     """))
-    result = pytester.runpytest_subprocess(*RUN, *SAVE)
+    result = pytester.runpytest(*RUN, *SAVE)
     result.assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_work.toml").read_text())
     (env_id,) = data["tests"]["test_work"]
@@ -337,7 +337,7 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
 
     monkeypatch.setenv("WORK_SCALE", "2")
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-json", str(report))
+    result = pytester.runpytest(*RUN, "--distperf-json", str(report))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*work.time_s*regressed",
@@ -372,7 +372,7 @@ def test_the_baseline_files_limits_reach_the_fixtures_findings(pytester: pytest.
     """One table of limits per test: a threshold set for this environment in the baseline
     file changes what the fixture's analysis finds, as it changes the breach check."""
     pytester.makepyfile(test_uneven=UNEVEN)
-    saved = pytester.runpytest_subprocess(*RUN, "-s", *SAVE)
+    saved = pytester.runpytest(*RUN, "-s", *SAVE)
     # default limits: rank 1's 4x slowness is an imbalance finding and a breach
     saved.assert_outcomes(failed=1)
     saved.stdout.fnmatch_lines(["FINDINGS *'imbalance'*",
@@ -383,7 +383,7 @@ def test_the_baseline_files_limits_reach_the_fixtures_findings(pytester: pytest.
     data["environments"][env_id]["thresholds"] = {"max_imbalance": 1e6}
     path.write_text(tomli_w.dumps(data))
 
-    compared = pytester.runpytest_subprocess(*RUN, "-s")
+    compared = pytester.runpytest(*RUN, "-s")
     compared.assert_outcomes(passed=1)
     findings = next(line for line in compared.outlines if line.startswith("FINDINGS"))
     assert "imbalance" not in findings and "straggler" not in findings
@@ -426,7 +426,7 @@ def test_every_bench_call_of_one_op_is_judged_and_confirmed_on_its_own(
     probe's call on a busy host (another process taking the CPUs); that it was measured
     again, through its own call, is not."""
     pytester.makepyfile(test_benches=TWO_BENCHES)
-    pytester.runpytest_subprocess(*RUN, *SAVE).assert_outcomes(passed=1)
+    pytester.runpytest(*RUN, *SAVE).assert_outcomes(passed=1)
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_benches.toml").read_text())
     (entry,) = data["tests"]["test_three_benches_of_one_op"].values()
     assert set(entry["metrics"]) == {"all_reduce.4KiB.busbw_gbps",
@@ -435,7 +435,7 @@ def test_every_bench_call_of_one_op_is_judged_and_confirmed_on_its_own(
 
     monkeypatch.setenv("SLOW_FIRST", "1")
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}")
+    result = pytester.runpytest(*RUN, f"--distperf-json={report}")
     (test,) = json.loads(report.read_text())["tests"]
     assert [r["label"] for r in test["results"]] == [
         "bench(all_reduce)", "bench(all_reduce)#2", "bench(all_reduce)#3"]
@@ -527,7 +527,7 @@ def compare_step(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(*RUN, f"--distperf-json={report}", *NO_LIMITS,
+    result = pytester.runpytest(*RUN, f"--distperf-json={report}", *NO_LIMITS,
                                            f"--junitxml={pytester.path / 'junit.xml'}",
                                            *options)
     for key in env:
@@ -689,7 +689,7 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
     args = ["--distperf-same-ranks"] if how == "same" else []
     report = pytester.path / "report.json"
     saves = 3
-    result = pytester.runpytest_subprocess(*RUN, "--distperf-save", *NO_LIMITS, *args,
+    result = pytester.runpytest(*RUN, "--distperf-save", *NO_LIMITS, *args,
                                            f"--distperf-save-measurements={saves}",
                                            f"--distperf-json={report}")
     result.assert_outcomes(passed=2)
