@@ -90,6 +90,17 @@ def test_fault(pool: RankPool, fault: Fault) -> None:
     assert (pool.pids() == pids) is not fault.respawn
 
 
+def test_a_fresh_pool_takes_the_variables_set_since_the_last(
+        pool: RankPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks are forks of a server started with the first pool: each new rank still
+    gets the controller's environment of the moment."""
+    monkeypatch.setenv("DISTPERF_PROBE", "set after the first pool")
+    pool.close()
+    pool.start()
+    assert call(pool, lambda: os.environ.get("DISTPERF_PROBE")) == [
+        "set after the first pool"] * 2
+
+
 def test_processes_started_by_a_rank_end_with_the_pool() -> None:
     pool = RankPool(2, "gloo", timeout_s=60)
     try:
@@ -212,7 +223,7 @@ def test_a_rank_that_never_joins(monkeypatch: pytest.MonkeyPatch) -> None:
             os.kill(self.pid, signal.SIGSTOP)
             stopped.append(self.pid)
 
-    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start_then_stop)
+    monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start_then_stop)
     pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=6)
     with pytest.raises(RankError) as info:
         pool.start()

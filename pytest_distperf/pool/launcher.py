@@ -2,9 +2,12 @@
 
 Two engines with one method, ``execute(fn, args, kwargs, size, label) -> list``:
 
-* :class:`RankPool` spawns N rank processes once (spawn start method) and keeps them for the
-  session.  The rendezvous store listens on a socket the controller bound to 127.0.0.1 and
-  hands to ``TCPStore(master_listen_fd=...)``: no free-port race, nothing beyond loopback.
+* :class:`RankPool` starts N rank processes once and keeps them for the session.  They are
+  forks of multiprocessing's fork server, which imported torch once: a fresh pool takes a
+  fraction of a second, not an import of torch per rank.  Each rank takes the controller's
+  environment of the moment it starts.  The rendezvous store listens on a socket the
+  controller bound to 127.0.0.1 and hands to ``TCPStore(master_listen_fd=...)``: no
+  free-port race, nothing beyond loopback.
   A call that raises on a rank comes back as :class:`RankError` with the rank's traceback; a
   call that outlives its timeout comes back as :class:`RankTimeout` naming the ranks that did
   not finish, what each was doing and their Python stacks; then the pool is killed and the
@@ -17,7 +20,6 @@ Two engines with one method, ``execute(fn, args, kwargs, size, label) -> list``:
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import contextlib
 import datetime
 import os
@@ -25,13 +27,12 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import wait
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol
 
 import cloudpickle
 
@@ -58,26 +59,6 @@ def is_secondary(error: str) -> bool:
 UNREADABLE = "unreadable reply"
 #: How often a waiting controller empties rank logs that passed their cap.
 LOG_CHECK_S = 1.0
-
-_T = TypeVar("_T")
-_spawner: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def on_lasting_thread(fn: Callable[[], _T]) -> _T:
-    """Run ``fn`` on the main thread or on one thread that lives as long as this process.
-
-    A rank asks the kernel to kill it when the *thread* that spawned it ends
-    (``PR_SET_PDEATHSIG`` is tied to the thread, not the process): a pool spawned from a
-    short-lived thread (a test's worker thread, a timeout thread) would die with it.
-    """
-    global _spawner
-    if threading.current_thread() is threading.main_thread():
-        return fn()
-    if _spawner is None:
-        _spawner = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="distperf-spawner")
-    return _spawner.submit(fn).result()
-
 
 class RankError(Exception):
     """A call failed on one or more ranks.  ``str()`` is the whole report."""
@@ -231,7 +212,9 @@ class RankPool:
             "127.0.0.1", port, is_master=True, master_listen_fd=sock.fileno(),
             wait_for_workers=False, timeout=datetime.timedelta(seconds=self.startup_timeout_s),
         )
-        ctx = mp.get_context("spawn")
+        ctx = mp.get_context("forkserver")
+        # the server imports torch once; every rank after that is a fork of it
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "pytest_distperf.rank.worker"])
         threads = threads_per_rank(self.world_size)
         cores = rank_cores(self.world_size, self.backend) if self.bind else None
         for rank in range(self.world_size):
@@ -244,10 +227,11 @@ class RankPool:
                 name=f"distperf-rank{rank}",
                 args=(rank, self.world_size, self.backend, port, child_conn, phase,
                       self._stack_file(rank), self._logs.path(rank), device, threads,
-                      os.getpid(), self.timeout_s, cores[rank] if cores else ()),
+                      os.getpid(), self.timeout_s, cores[rank] if cores else (),
+                      dict(os.environ)),
                 daemon=True,
             )
-            on_lasting_thread(proc.start)
+            proc.start()
             child_conn.close()
             self._procs.append(proc)
             self._conns.append(parent_conn)

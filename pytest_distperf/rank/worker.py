@@ -47,8 +47,10 @@ def set_phase(text: str) -> None:
         _phase_buffer.value = data
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Make sure this rank never outlives the controller, however the controller ends."""
+def _die_with_parent() -> None:
+    """Make sure this rank never outlives its parent (the controller's fork server, which
+    ends with the controller), however it ends."""
+    parent_pid = os.getppid()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -101,12 +103,16 @@ def main(
     parent_pid: int,
     timeout_s: float,
     cores: tuple[int, ...] = (),
+    environ: dict[str, str] | None = None,
 ) -> None:
     """The rank process: guard, join the group, serve the controller's calls until told to
     stop (or the controller goes away)."""
     global _phase_buffer
     _phase_buffer = phase_buffer
-    _die_with_parent(parent_pid)
+    _die_with_parent()
+    if environ is not None:  # the controller's variables now, not the fork server's
+        os.environ.clear()
+        os.environ.update(environ)
     # Processes this rank's code starts inherit the marker and stay in this rank's session:
     # the controller finds them so, and kills them with the pool
     # (pytest_distperf/pool/leftovers.py).
