@@ -30,6 +30,7 @@ from pytest_distperf.config import (
     resolve_thresholds,
     validate_marker_kwargs,
 )
+from pytest_distperf.pool.launcher import RankPool, fork_server, rank_cores, threads_per_rank
 from pytest_distperf.records import (
     INCONCLUSIVE,
     REGRESSED,
@@ -153,6 +154,8 @@ class DistperfSession:
     # -- resolution (imports torch) -------------------------------------------------------
     def resolve(self) -> None:
         """Pick world size and backend from the devices present; UsageError when impossible."""
+        if self.mode != "torchrun":
+            fork_server()  # its import of torch beside the controller's
         import torch
 
         cfg = self.cfg
@@ -191,8 +194,6 @@ class DistperfSession:
     @property
     def engine(self) -> Any:
         if self._engine is None:
-            from pytest_distperf.pool.launcher import RankPool
-
             self._engine = RankPool(self.world_size, self.backend,
                                     device_offset=self.device_offset,
                                     timeout_s=self.cfg.timeout_s, bind=self.cfg.bind_ranks)
@@ -230,8 +231,6 @@ class DistperfSession:
         if self.mode == "torchrun":
             pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
         else:
-            from pytest_distperf.pool.launcher import rank_cores, threads_per_rank
-
             bound = (self.cfg.bind_ranks
                      and rank_cores(self.world_size, self.backend) is not None)
             pool = (f"spawned on first use and kept for the session "

@@ -57,8 +57,23 @@ def is_secondary(error: str) -> bool:
 #: The call id of a reply that could not be unpickled: it is the reply to the current call
 #: (a rank answers one call at a time), not a late one to be dropped.
 UNREADABLE = "unreadable reply"
+#: What the fork server imports before it forks a rank: torch, and what a training step
+#: imports on first use (torch._dynamo: 1.3 s), which fresh ranks would each pay again.
+PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "pytest_distperf.rank.worker"]
 #: How often a waiting controller empties rank logs that passed their cap.
 LOG_CHECK_S = 1.0
+
+def fork_server() -> Any:
+    """The start method of the ranks, its server started now (the server imports torch
+    once, in the background while the controller goes on; every rank is a fork of it)."""
+    import multiprocessing as mp
+    from multiprocessing import forkserver
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
+    return ctx
+
 
 class RankError(Exception):
     """A call failed on one or more ranks.  ``str()`` is the whole report."""
@@ -195,7 +210,6 @@ class RankPool:
         return self._tmp
 
     def start(self) -> None:
-        import multiprocessing as mp
 
         import torch.distributed as dist
 
@@ -212,9 +226,7 @@ class RankPool:
             "127.0.0.1", port, is_master=True, master_listen_fd=sock.fileno(),
             wait_for_workers=False, timeout=datetime.timedelta(seconds=self.startup_timeout_s),
         )
-        ctx = mp.get_context("forkserver")
-        # the server imports torch once; every rank after that is a fork of it
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "pytest_distperf.rank.worker"])
+        ctx = fork_server()
         threads = threads_per_rank(self.world_size)
         cores = rank_cores(self.world_size, self.backend) if self.bind else None
         for rank in range(self.world_size):
