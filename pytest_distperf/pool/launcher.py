@@ -63,6 +63,7 @@ PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "pytest_distperf.rank.
 #: How often a waiting controller empties rank logs that passed their cap.
 LOG_CHECK_S = 1.0
 
+
 def fork_server() -> Any:
     """The start method of the ranks, its server started now (the server imports torch
     once, in the background while the controller goes on; every rank is a fork of it)."""
@@ -210,7 +211,6 @@ class RankPool:
         return self._tmp
 
     def start(self) -> None:
-
         import torch.distributed as dist
 
         self.close()
@@ -239,8 +239,7 @@ class RankPool:
                 name=f"distperf-rank{rank}",
                 args=(rank, self.world_size, self.backend, port, child_conn, phase,
                       self._stack_file(rank), self._logs.path(rank), device, threads,
-                      os.getpid(), self.timeout_s, cores[rank] if cores else (),
-                      dict(os.environ)),
+                      self.timeout_s, cores[rank] if cores else (), dict(os.environ)),
                 daemon=True,
             )
             proc.start()

@@ -100,7 +100,6 @@ def main(
     log_file: str,
     device_index: int | None,
     threads: int,
-    parent_pid: int,
     timeout_s: float,
     cores: tuple[int, ...] = (),
     environ: dict[str, str] | None = None,
