@@ -70,10 +70,7 @@ def as_v2(path: Path) -> None:
     sys.path.insert(0, str(ROOT))
     from pytest_distperf.verdict import store
 
-    file = store.load(path)
-    assert file is not None
-    data = store._merged(file, "test_speed.py", [], "")
-    path.write_text("".join(store.render(data)))
+    store.save_tests(path, "test_speed.py", [])  # a save of nothing rewrites it as version 2
 
 
 def run_case(code: Path, case: str, other_tests: int) -> tuple[float, float]:

@@ -52,7 +52,7 @@ def test_a_session_reads_a_module_file_once_and_writes_it_once(
             return fn(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(store, "parse", counted("read", store.parse))
+    monkeypatch.setattr(store, "load", counted("read", store.load))
     monkeypatch.setattr(store, "write_atomically", counted("write", store.write_atomically))
     for i in range(4):  # each test reads its limits, then saves
         files.file(f"tests/test_x.py::test_{i}")

@@ -18,7 +18,7 @@ import datetime
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +27,21 @@ from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.records import EXACT, Environment, Measured, Samples
 from pytest_distperf.verdict.stats import estimate
 from pytest_distperf.verdict.storefile import (
+    ENTRY_HEAD,
     ENV_FIELDS,
     OPTIONAL_ENV_FIELDS,
     SCHEMA_VERSION,
     THRESHOLD_KEYS,
     TIME_UNITS,
     BaselineError,
+    entry_text,
     entry_v2,
-    flat_metrics,
+    flat_entry,
+    head_text,
+    loads,
     parse,
-    render,
+    parse_entry,
+    validate,
 )
 
 __all__ = [
@@ -68,10 +73,9 @@ def baseline_path(root: Path, nodeid: str) -> Path:
 
 
 def environment_id(env: Environment) -> str:
-    """The key an environment's baselines live under, e.g.
-    ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc`` or
-    ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100`` (:meth:`Environment.baselines_key`).
-    """
+    """The key an environment's baselines live under (:meth:`Environment.baselines_key`),
+    e.g. ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc`` or
+    ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100``."""
     return env.baselines_key()
 
 
@@ -152,39 +156,80 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
     return table
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class BaselineFile:
-    """A parsed, validated baseline file (of either version); ``signature`` tells whether the
-    file on disk is still the one read (None: not known)."""
+Texts = dict[str, dict[str, str]]  # test -> environment -> the text of its entry
 
-    path: Path
-    data: dict[str, Any]
-    signature: tuple[int, int, int] | None = None
+
+class BaselineFile:
+    """A validated baseline file (of either version): the parsed ``data``, or its head and
+    the ``texts`` of its entries (:func:`read_entries`), each parsed when first used, so that
+    a session holds what it uses; ``kept``: entries a save writes back as they are.
+    ``signature`` tells whether the file on disk is still the one read (None: not known)."""
+
+    __slots__ = ("_head", "_kept", "_parsed", "_texts", "path", "signature")
+
+    def __init__(self, path: Path, data: dict[str, Any],
+                 signature: tuple[int, int, int] | None = None, *, texts: Texts | None = None,
+                 kept: Set[tuple[str, str]] = frozenset()) -> None:
+        self.path, self.signature = path, signature
+        self._head = {key: value for key, value in data.items() if key != "tests"}
+        self._texts, self._kept = texts, frozenset(kept)
+        self._parsed: dict[str, dict[str, Any]] = (
+            {} if texts is not None else data.get("tests", {}))
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The whole file as parsed data, every entry parsed (for tools and tests)."""
+        return {**self._head, "tests": {test: {env_id: self._entry(test, env_id, False)
+                                               for env_id in per_env}
+                                        for test, per_env in self._index().items()}}
+
+    def _index(self) -> Mapping[str, Mapping[str, Any]]:
+        return self._texts if self._texts is not None else self._parsed
+
+    def _entry(self, test: str, env_id: str, keep: bool = True) -> dict[str, Any] | None:
+        """The test's parsed entry in ``env_id`` (``keep``: held for the next use)."""
+        parsed = self._parsed.get(test, {}).get(env_id)
+        text = (self._texts or {}).get(test, {}).get(env_id)
+        if parsed is None and text is not None:
+            parsed = parse_entry(text)
+            if keep:
+                self._parsed.setdefault(test, {})[env_id] = parsed
+        return parsed
 
     def environments(self) -> dict[str, dict[str, Any]]:
-        return dict(self.data.get("environments", {}))
+        return dict(self._head.get("environments", {}))
 
     def thresholds(self, env_id: str) -> dict[str, float]:
         """The environment's ``thresholds`` table (threshold overrides and ``tolerance``)."""
-        table = self.data.get("environments", {}).get(env_id, {}).get("thresholds", {})
+        table = self._head.get("environments", {}).get(env_id, {}).get("thresholds", {})
         return {k: float(v) for k, v in table.items()}
 
     def tests(self) -> list[str]:
-        return sorted(self.data.get("tests", {}))
+        return sorted(self._index())
 
     def test_environments(self, test: str) -> list[str]:
-        return sorted(self.data.get("tests", {}).get(test, {}))
+        return sorted(self._index().get(test, {}))
 
     def metrics(self, test: str, env_id: str) -> dict[str, StoredMetric] | None:
-        tables = flat_metrics(self.data, test, env_id)
-        if tables is None:
+        entry = self._entry(test, env_id)
+        if entry is None:
             return None
+        tables = flat_entry(self._head.get("schema_version"), entry)
         return {name: _stored_metric(table) for name, table in tables.items()}
 
-    def entry_v2(self, test: str, env_id: str) -> dict[str, Any]:
+    def entry_v2(self, test: str, env_id: str, keep: bool = True) -> dict[str, Any]:
         """The test's entry in ``env_id`` as version 2 writes it."""
-        saved = self.data["tests"][test][env_id].get("saved", "")
-        return entry_v2(str(saved), flat_metrics(self.data, test, env_id) or {})
+        entry = self._entry(test, env_id, keep)
+        if entry is None:
+            raise KeyError((test, env_id))
+        return entry_v2(str(entry.get("saved", "")),
+                        flat_entry(self._head.get("schema_version"), entry))
+
+    def entry_text(self, test: str, env_id: str) -> str:
+        """The text a save writes for the test's entry in ``env_id``."""
+        if self._texts is not None and (test, env_id) in self._kept:
+            return self._texts[test][env_id]
+        return entry_text(test, env_id, self.entry_v2(test, env_id, keep=False))
 
 
 def _stored_metric(table: Mapping[str, Any]) -> StoredMetric:
@@ -209,8 +254,9 @@ def _signature(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def load(path: Path) -> BaselineFile | None:
-    """The baseline file at ``path``; None when there is none; BaselineError when bad."""
+def load(path: Path, *, saving: bool = False) -> BaselineFile | None:
+    """The baseline file at ``path``; None when there is none; BaselineError when bad.
+    ``saving``: also find the entries a save may write back as they are."""
     try:
         with open(path, "rb") as f:
             signature = _signature(os.fstat(f.fileno()))
@@ -219,7 +265,46 @@ def load(path: Path) -> BaselineFile | None:
         return None
     except OSError as exc:
         raise BaselineError(path, None, f"cannot be read ({exc.strerror or exc})") from None
-    return BaselineFile(path, parse(path, raw), signature)
+    file = read_entries(path, raw, signature, kept=saving)
+    return file if file is not None else BaselineFile(path, parse(path, raw), signature)
+
+
+def read_entries(path: Path, raw: bytes, signature: tuple[int, int, int] | None = None, *,
+                 kept: bool = False) -> BaselineFile | None:
+    """A version-2 file as a save writes it, read entry by entry (parsed whole, a file takes
+    about 4x its size in objects), each entry parsed and validated on its own and kept as its
+    text; with ``kept``, also which entries' text is what a save writes.  None for any other
+    file: :func:`parse` reads it, or says why it cannot."""
+    texts, keep = Texts(), set[tuple[str, str]]()
+    try:
+        text = raw.decode("utf-8")
+        starts = [m.start() for m in ENTRY_HEAD.finditer(text)]
+        if not starts or '"""' in text or "'''" in text:  # a multi-line string: "[tests." in it
+            return None
+        head = loads(path, text[: starts[0]])
+        if head.get("schema_version") != SCHEMA_VERSION or "tests" in head:
+            return None
+        validate(path, text[: starts[0]], head)
+        for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+            chunk = text[start:end]
+            first, _, rest = chunk.partition("\n")
+            # every table of the chunk inside its entry: no two chunks can clash but by name
+            tables = re.findall(r"^\[.*", rest, re.MULTILINE)
+            if any(not table.startswith(first[:-1] + ".") for table in tables):
+                return None
+            tests = loads(path, chunk)["tests"]
+            ((test, per_env),) = tests.items()
+            ((env_id, entry),) = per_env.items()
+            if env_id in texts.get(test, {}):  # declared twice: parse() says where
+                return None
+            validate(path, chunk, {**head, "tests": tests})
+            texts.setdefault(test, {})[env_id] = body = "\n" + chunk.rstrip("\n") + "\n"
+            if kept and body == entry_text(test, env_id, entry_v2(
+                    str(entry.get("saved", "")), flat_entry(SCHEMA_VERSION, entry))):
+                keep.add((test, env_id))
+    except (BaselineError, ValueError):  # ValueError: not UTF-8, or not one entry a chunk
+        return None
+    return BaselineFile(path, head, signature, texts=texts, kept=keep)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -261,7 +346,7 @@ def _current(path: Path, known: BaselineFile | None) -> BaselineFile | None:
         return None
     if known is not None and known.signature == signature:
         return known
-    return load(path)
+    return load(path, saving=True)
 
 
 def save_tests(path: Path, module: str, saves: Sequence[tuple[str, Sequence[SaveEntry]]],
@@ -282,9 +367,11 @@ def save_tests(path: Path, module: str, saves: Sequence[tuple[str, Sequence[Save
     with _locked(target.parent) as locked:
         if locked:
             _remove_stale_temps(target.parent)
-        data = _merged(_current(target, known), module, saves, stamp)
-        _write(target, "".join(render(data)))
-        return BaselineFile(path, data, _signature(os.stat(target)))
+        head, texts = _merged(_current(target, known), module, saves, stamp)
+        _write(target, "".join([head_text(head), *(text for per_env in texts.values()
+                                                   for text in per_env.values())]))
+        kept = {(test, env_id) for test, per_env in texts.items() for env_id in per_env}
+        return BaselineFile(path, head, _signature(os.stat(target)), texts=texts, kept=kept)
 
 
 def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
@@ -294,26 +381,29 @@ def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
 
 
 def _merged(current: BaselineFile | None, module: str,
-            saves: Sequence[tuple[str, Sequence[SaveEntry]]], stamp: str) -> dict[str, Any]:
-    """The version-2 data of ``current`` with the ``saves`` in it."""
+            saves: Sequence[tuple[str, Sequence[SaveEntry]]], stamp: str
+            ) -> tuple[dict[str, Any], Texts]:
+    """The head and the entries' texts (sorted) of ``current`` with the ``saves`` in it, in
+    version 2: the other entries' texts as they are where a save writes them so already."""
     envs: dict[str, Any] = current.environments() if current is not None else {}
-    tests: dict[str, dict[str, Any]] = {}
-    if current is not None:
-        for test in current.tests():
-            tests[test] = {env_id: current.entry_v2(test, env_id)
-                           for env_id in current.test_environments(test)}
+    texts: Texts = {}
     for test, entries in saves:
-        per_env = tests.setdefault(test, {})
         for entry in entries:
             env_id = environment_id(entry.environment)
             table = _env_table(entry.environment)
             if "thresholds" in envs.get(env_id, {}):
                 table["thresholds"] = envs[env_id]["thresholds"]
             envs[env_id] = table
-            per_env[env_id] = entry_v2(stamp, {name: stored_metric_table(m)
-                                               for name, m in entry.metrics.items()})
-    return {"schema_version": SCHEMA_VERSION, "module": module, "environments": envs,
-            "tests": tests}
+            texts.setdefault(test, {})[env_id] = entry_text(test, env_id, entry_v2(
+                stamp, {name: stored_metric_table(m) for name, m in entry.metrics.items()}))
+    if current is not None:
+        for test in current.tests():
+            per_env = texts.setdefault(test, {})
+            for env_id in current.test_environments(test):
+                if env_id not in per_env:
+                    per_env[env_id] = current.entry_text(test, env_id)
+    head = {"schema_version": SCHEMA_VERSION, "module": module, "environments": envs}
+    return head, {test: dict(sorted(texts[test].items())) for test in sorted(texts)}
 
 
 def _write(target: Path, text: str) -> None:
@@ -364,8 +454,8 @@ class SessionFiles:
     """The baseline files of one session: each read once, and what the session saves into
     each written when the caller says its module is done, in one read and one write."""
 
-    def __init__(self, root: Path, *, sweep: bool = True) -> None:
-        self.root = root
+    def __init__(self, root: Path, saving: bool = False, sweep: bool = True) -> None:
+        self.root, self._saving = root, saving  # saving: find the entries kept as they are
         self._read: dict[Path, BaselineFile | None] = {}
         self._unwritten: dict[Path, list[tuple[str, str, list[SaveEntry]]]] = {}
         self._swept = not sweep
@@ -382,7 +472,7 @@ class SessionFiles:
             clean_stale_temps(self.root)
         path = self.path(key)
         if path not in self._read:
-            self._read[path] = load(path)
+            self._read[path] = load(path, saving=self._saving)
         return self._read[path]
 
     def save(self, key: str, entries: Sequence[SaveEntry]) -> None:
