@@ -338,7 +338,7 @@ def _validate_metric(fail: Fail, at: Callable[[str], list[str]], label: str,
     if not is_number(table.get("value")):
         raise fail(at("value"), f"metric {label}: value must be a finite number, "
                                 f"got {shown(table.get('value'))}")
-    if table.get("kind", "") not in KIND_NAMES:
+    if not isinstance(table.get("kind", ""), str) or table.get("kind", "") not in KIND_NAMES:
         raise fail(at("kind"), f"metric {label}: kind must be one of "
                                f"{', '.join(repr(k) for k in sorted(_KINDS))}, "
                                f"got {shown(table.get('kind'))}")
