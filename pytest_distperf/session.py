@@ -303,7 +303,7 @@ class DistperfSession:
         """The session's baseline files: read once each, saves written per module."""
         if self._baselines is None:
             from pytest_distperf.verdict.store import SessionFiles
-            self._baselines = SessionFiles(self.baselines_root, self.cfg.save, self.is_reporter)
+            self._baselines = SessionFiles(self.baselines_root, sweep=self.is_reporter)
         return self._baselines
 
     def write_saves(self, next_item: pytest.Item | None) -> str:

@@ -115,7 +115,7 @@ def test_a_save_writes_the_bytes_a_whole_rewrite_writes(tmp_path: Path, edit: st
 # -- memory and work: what the save changes ---------------------------------------------------
 def test_a_save_rebuilds_only_the_entries_it_saves(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    files = bl.SessionFiles(tmp_path, saving=True)
+    files = bl.SessionFiles(tmp_path)
     key = f"{MODULE}::test_new"
     written(files.path(key), 40)
     assert files.file(key) is not None  # read as the session's first test reads it
@@ -138,7 +138,7 @@ def test_a_file_read_for_a_save_holds_its_text_not_its_entries_parsed(tmp_path: 
     size = path.stat().st_size
     tracemalloc.start()
     try:
-        file = bl.load(path, saving=True)
+        file = bl.load(path)
         held = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
         save_new(path, known=file)
@@ -192,7 +192,7 @@ def test_an_edited_file_reads_and_saves_as_the_whole_file_does(
             whole: dict[str, Any] | None = storefile.parse(path, raw)
         except bl.BaselineError:
             whole = None
-        by_entry = store.read_entries(path, raw, kept=True)
+        by_entry = store.read_entries(path, raw)
         if whole is None or by_entry is None:
             assert by_entry is None  # refused, or read whole: as before
             return

@@ -7,7 +7,8 @@ tests of a module saved in a session into the file in one read and one write
 (:func:`save_tests`): under an exclusive lock of the folder, so that pytest-xdist workers
 saving at once lose nothing; through a temporary file in a git-ignored folder beside it,
 renamed into place (through a symlink to the file it points to).  A file that cannot be read
-is an error naming the file and the line, and is never written over.
+is an error naming the file and the line, and is never written over.  A version-2 file is
+held as the text of each entry, parsed when used: a save rebuilds what it writes anew.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from pytest_distperf.verdict.storefile import (
     THRESHOLD_KEYS,
     TIME_UNITS,
     BaselineError,
+    as_written,
     entry_text,
     entry_v2,
     flat_entry,
     head_text,
     loads,
     parse,
-    parse_entry,
     validate,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
 TMP_DIRNAME = ".distperf-tmp"
 #: The temporary files of saves before there was a TMP_DIRNAME: ``.test_x.toml.k2j4_x.tmp``.
 _OLD_TMP = re.compile(r"^\..+\.toml\.[A-Za-z0-9_]+\.tmp$")
+Texts = dict[str, dict[str, str]]  # test -> environment -> the text of its entry
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str]:
@@ -73,9 +75,10 @@ def baseline_path(root: Path, nodeid: str) -> Path:
 
 
 def environment_id(env: Environment) -> str:
-    """The key an environment's baselines live under (:meth:`Environment.baselines_key`),
-    e.g. ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc`` or
-    ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100``."""
+    """The key an environment's baselines live under, e.g.
+    ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc`` or
+    ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100`` (:meth:`Environment.baselines_key`).
+    """
     return env.baselines_key()
 
 
@@ -156,9 +159,6 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
     return table
 
 
-Texts = dict[str, dict[str, str]]  # test -> environment -> the text of its entry
-
-
 class BaselineFile:
     """A validated baseline file (of either version): the parsed ``data``, or its head and
     the ``texts`` of its entries (:func:`read_entries`), each parsed when first used, so that
@@ -173,8 +173,7 @@ class BaselineFile:
         self.path, self.signature = path, signature
         self._head = {key: value for key, value in data.items() if key != "tests"}
         self._texts, self._kept = texts, frozenset(kept)
-        self._parsed: dict[str, dict[str, Any]] = (
-            {} if texts is not None else data.get("tests", {}))
+        self._parsed: dict[str, dict[str, Any]] = data.get("tests", {}) if texts is None else {}
 
     @property
     def data(self) -> dict[str, Any]:
@@ -191,7 +190,7 @@ class BaselineFile:
         parsed = self._parsed.get(test, {}).get(env_id)
         text = (self._texts or {}).get(test, {}).get(env_id)
         if parsed is None and text is not None:
-            parsed = parse_entry(text)
+            parsed = (as_written(text) or _as_toml(self.path, text))[2]
             if keep:
                 self._parsed.setdefault(test, {})[env_id] = parsed
         return parsed
@@ -212,10 +211,8 @@ class BaselineFile:
 
     def metrics(self, test: str, env_id: str) -> dict[str, StoredMetric] | None:
         entry = self._entry(test, env_id)
-        if entry is None:
-            return None
-        tables = flat_entry(self._head.get("schema_version"), entry)
-        return {name: _stored_metric(table) for name, table in tables.items()}
+        tables = None if entry is None else flat_entry(self._head.get("schema_version"), entry)
+        return None if tables is None else {n: _stored_metric(t) for n, t in tables.items()}
 
     def entry_v2(self, test: str, env_id: str, keep: bool = True) -> dict[str, Any]:
         """The test's entry in ``env_id`` as version 2 writes it."""
@@ -254,9 +251,8 @@ def _signature(st: os.stat_result) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def load(path: Path, *, saving: bool = False) -> BaselineFile | None:
-    """The baseline file at ``path``; None when there is none; BaselineError when bad.
-    ``saving``: also find the entries a save may write back as they are."""
+def load(path: Path) -> BaselineFile | None:
+    """The baseline file at ``path``; None when there is none; BaselineError when bad."""
     try:
         with open(path, "rb") as f:
             signature = _signature(os.fstat(f.fileno()))
@@ -265,17 +261,17 @@ def load(path: Path, *, saving: bool = False) -> BaselineFile | None:
         return None
     except OSError as exc:
         raise BaselineError(path, None, f"cannot be read ({exc.strerror or exc})") from None
-    file = read_entries(path, raw, signature, kept=saving)
+    file = read_entries(path, raw, signature)
     return file if file is not None else BaselineFile(path, parse(path, raw), signature)
 
 
-def read_entries(path: Path, raw: bytes, signature: tuple[int, int, int] | None = None, *,
-                 kept: bool = False) -> BaselineFile | None:
-    """A version-2 file as a save writes it, read entry by entry (parsed whole, a file takes
-    about 4x its size in objects), each entry parsed and validated on its own and kept as its
-    text; with ``kept``, also which entries' text is what a save writes.  None for any other
-    file: :func:`parse` reads it, or says why it cannot."""
-    texts, keep = Texts(), set[tuple[str, str]]()
+def read_entries(path: Path, raw: bytes, signature: tuple[int, int, int] | None = None
+                 ) -> BaselineFile | None:
+    """A version-2 file read entry by entry (parsed whole, a file takes 4x its size in
+    objects), each entry validated and kept as its text: read as a save writes it
+    (:func:`~.storefile.as_written`), else as TOML.  None for any other file: :func:`parse`
+    reads it, or says why it cannot."""
+    texts, kept = Texts(), set[tuple[str, str]]()
     try:
         text = raw.decode("utf-8")
         starts = [m.start() for m in ENTRY_HEAD.finditer(text)]
@@ -286,25 +282,29 @@ def read_entries(path: Path, raw: bytes, signature: tuple[int, int, int] | None 
             return None
         validate(path, text[: starts[0]], head)
         for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
-            chunk = text[start:end]
-            first, _, rest = chunk.partition("\n")
-            # every table of the chunk inside its entry: no two chunks can clash but by name
-            tables = re.findall(r"^\[.*", rest, re.MULTILINE)
-            if any(not table.startswith(first[:-1] + ".") for table in tables):
-                return None
-            tests = loads(path, chunk)["tests"]
-            ((test, per_env),) = tests.items()
-            ((env_id, entry),) = per_env.items()
+            body = "\n" + text[start:end].rstrip("\n") + "\n"
+            written = as_written(body)
+            test, env_id, entry = written or _as_toml(path, body)
             if env_id in texts.get(test, {}):  # declared twice: parse() says where
                 return None
-            validate(path, chunk, {**head, "tests": tests})
-            texts.setdefault(test, {})[env_id] = body = "\n" + chunk.rstrip("\n") + "\n"
-            if kept and body == entry_text(test, env_id, entry_v2(
-                    str(entry.get("saved", "")), flat_entry(SCHEMA_VERSION, entry))):
-                keep.add((test, env_id))
+            validate(path, body, {**head, "tests": {test: {env_id: entry}}})
+            texts.setdefault(test, {})[env_id] = body
+            if written:
+                kept.add((test, env_id))
     except (BaselineError, ValueError):  # ValueError: not UTF-8, or not one entry a chunk
         return None
-    return BaselineFile(path, head, signature, texts=texts, kept=keep)
+    return BaselineFile(path, head, signature, texts=texts, kept=kept)
+
+
+def _as_toml(path: Path, body: str) -> tuple[str, str, dict[str, Any]]:
+    """The test, environment and entry of one entry's text as TOML; ValueError: not one."""
+    first, _, rest = body.lstrip("\n").partition("\n")
+    # every table inside the entry: no two entries of a file can clash but by name
+    if any(not t.startswith(first[:-1] + ".") for t in re.findall(r"^\[.*", rest, re.M)):
+        raise ValueError(first)
+    ((test, per_env),) = loads(path, body)["tests"].items()
+    ((env_id, entry),) = per_env.items()
+    return test, env_id, entry
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -346,7 +346,7 @@ def _current(path: Path, known: BaselineFile | None) -> BaselineFile | None:
         return None
     if known is not None and known.signature == signature:
         return known
-    return load(path, saving=True)
+    return load(path)
 
 
 def save_tests(path: Path, module: str, saves: Sequence[tuple[str, Sequence[SaveEntry]]],
@@ -367,7 +367,8 @@ def save_tests(path: Path, module: str, saves: Sequence[tuple[str, Sequence[Save
     with _locked(target.parent) as locked:
         if locked:
             _remove_stale_temps(target.parent)
-        head, texts = _merged(_current(target, known), module, saves, stamp)
+        current = _current(target, known) or BaselineFile(target, {})
+        head, texts = _merged(current, module, saves, stamp)
         _write(target, "".join([head_text(head), *(text for per_env in texts.values()
                                                    for text in per_env.values())]))
         kept = {(test, env_id) for test, per_env in texts.items() for env_id in per_env}
@@ -380,12 +381,12 @@ def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
     save_tests(path, module, [(test, entries)], saved_at)
 
 
-def _merged(current: BaselineFile | None, module: str,
+def _merged(current: BaselineFile, module: str,
             saves: Sequence[tuple[str, Sequence[SaveEntry]]], stamp: str
             ) -> tuple[dict[str, Any], Texts]:
     """The head and the entries' texts (sorted) of ``current`` with the ``saves`` in it, in
     version 2: the other entries' texts as they are where a save writes them so already."""
-    envs: dict[str, Any] = current.environments() if current is not None else {}
+    envs: dict[str, Any] = current.environments()
     texts: Texts = {}
     for test, entries in saves:
         for entry in entries:
@@ -396,12 +397,11 @@ def _merged(current: BaselineFile | None, module: str,
             envs[env_id] = table
             texts.setdefault(test, {})[env_id] = entry_text(test, env_id, entry_v2(
                 stamp, {name: stored_metric_table(m) for name, m in entry.metrics.items()}))
-    if current is not None:
-        for test in current.tests():
-            per_env = texts.setdefault(test, {})
-            for env_id in current.test_environments(test):
-                if env_id not in per_env:
-                    per_env[env_id] = current.entry_text(test, env_id)
+    for test in current.tests():
+        per_env = texts.setdefault(test, {})
+        for env_id in current.test_environments(test):
+            if env_id not in per_env:
+                per_env[env_id] = current.entry_text(test, env_id)
     head = {"schema_version": SCHEMA_VERSION, "module": module, "environments": envs}
     return head, {test: dict(sorted(texts[test].items())) for test in sorted(texts)}
 
@@ -454,8 +454,8 @@ class SessionFiles:
     """The baseline files of one session: each read once, and what the session saves into
     each written when the caller says its module is done, in one read and one write."""
 
-    def __init__(self, root: Path, saving: bool = False, sweep: bool = True) -> None:
-        self.root, self._saving = root, saving  # saving: find the entries kept as they are
+    def __init__(self, root: Path, *, sweep: bool = True) -> None:
+        self.root = root
         self._read: dict[Path, BaselineFile | None] = {}
         self._unwritten: dict[Path, list[tuple[str, str, list[SaveEntry]]]] = {}
         self._swept = not sweep
@@ -472,7 +472,7 @@ class SessionFiles:
             clean_stale_temps(self.root)
         path = self.path(key)
         if path not in self._read:
-            self._read[path] = load(path, saving=self._saving)
+            self._read[path] = load(path)
         return self._read[path]
 
     def save(self, key: str, entries: Sequence[SaveEntry]) -> None:
