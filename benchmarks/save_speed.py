@@ -151,24 +151,25 @@ def run_case(code: Path, case: str, other_tests: int) -> Run:
 
 
 def summary(runs: list[Run]) -> list[str]:
-    """Each large case against the small runs, by the medians: the whole run, the part
-    outside the calls, and the whole run with the small runs' calls (their re-measurements,
-    which the other processes' load decides, not the file)."""
+    """Each large case against the small runs: the whole runs (their medians), and like for
+    like: the file's cost (the medians of the time outside the calls, one less the other)
+    added to the small run with the fewest measurements, against that run.  The calls take
+    what the other processes' load makes the saves re-measure, whatever the file."""
     small = [r for r in runs if r.case == "small"]
     if not small:
         return []
-    base, base_calls = statistics.median(r.seconds for r in small), statistics.median(
-        r.calls for r in small)
-    base_outside = statistics.median(r.outside for r in small)
+    quiet = min(small, key=lambda r: (r.measurements, r.seconds))
     lines = []
     for case in sorted({r.case for r in runs} - {"small"}):
         large = [r for r in runs if r.case == case]
-        outside = statistics.median(r.outside for r in large)
-        whole = statistics.median(r.seconds for r in large)
-        lines.append(f"{case} / small: run {whole / base:.2f}x, "
-                     f"outside the calls {outside / base_outside:.2f}x, with the small runs' "
-                     f"calls {(outside + base_calls) / base:.2f}x (medians of {len(large)} and "
-                     f"{len(small)} runs)")
+        cost = (statistics.median(r.outside for r in large)
+                - statistics.median(r.outside for r in small))
+        whole = statistics.median(r.seconds for r in large) / statistics.median(
+            r.seconds for r in small)
+        lines.append(f"{case} / small: runs {whole:.2f}x (medians of {len(large)} and "
+                     f"{len(small)}); the file costs {cost:+.1f} s outside the calls: "
+                     f"{(quiet.seconds + cost) / quiet.seconds:.2f}x the small run of "
+                     f"{quiet.measurements} measurements ({quiet.seconds:.1f} s)")
     return lines
 
 
