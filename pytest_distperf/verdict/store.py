@@ -291,7 +291,7 @@ def read_entries(path: Path, raw: bytes, signature: tuple[int, int, int] | None 
             texts.setdefault(test, {})[env_id] = body
             if written:
                 kept.add((test, env_id))
-    except (BaselineError, ValueError):  # ValueError: not UTF-8, or not one entry a chunk
+    except (BaselineError, ValueError):  # ValueError: not UTF-8, or a chunk not one entry
         return None
     return BaselineFile(path, head, signature, texts=texts, kept=kept)
 
