@@ -145,7 +145,7 @@ def test_a_file_read_for_a_save_holds_its_text_not_its_entries_parsed(tmp_path: 
         peak = tracemalloc.get_traced_memory()[1] - held
     finally:
         tracemalloc.stop()
-    # parsed whole, the file took 3.9x its size, and the save 5.4x more
+    # parsed whole, a file takes 3.9x its size, and a save of it 5.4x more
     assert held < 2 * size and peak < 3 * size, (held / size, peak / size)
 
 
@@ -194,7 +194,7 @@ def test_an_edited_file_reads_and_saves_as_the_whole_file_does(
             whole = None
         by_entry = store.read_entries(path, raw)
         if whole is None or by_entry is None:
-            assert by_entry is None  # refused, or read whole: as before
+            assert by_entry is None  # refused, or read whole
             return
         assert by_entry.data == whole
         other = Path(tmp) / "other" / "test_x.toml"
