@@ -52,7 +52,7 @@ def test_a_session_reads_a_module_file_once_and_writes_it_once(
             return fn(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(store, "parse", counted("read", store.parse))
+    monkeypatch.setattr(store, "load", counted("read", store.load))
     monkeypatch.setattr(store, "write_atomically", counted("write", store.write_atomically))
     for i in range(4):  # each test reads its limits, then saves
         files.file(f"tests/test_x.py::test_{i}")
@@ -74,6 +74,23 @@ def test_a_file_another_process_wrote_meanwhile_is_read_again(tmp_path: Path) ->
     assert files.write() == []
     written = bl.load(files.path("test_x.py::test_a"))
     assert written is not None and written.tests() == ["test_a", "test_b"]
+
+
+# -- bad files: refused in one clear line -------------------------------------------------
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_kind_that_is_not_a_string_is_refused_clearly(tmp_path: Path, version: int) -> None:
+    path = tmp_path / "test_x.toml"
+    bl.save_test(path, "test_x.py", "test_a", entries())
+    data = tomllib.loads(path.read_text())
+    (entry,) = data["tests"]["test_a"].values()
+    table = entry["metrics"]["w.time_s"]
+    if version == 1:  # version 1: the metric's own table, with its samples
+        data["schema_version"], table["samples"] = 1, list(TIMES)
+        entry.pop("samples")
+    table["kind"] = []  # a hand edit: it was a TypeError from deep inside the check
+    path.write_text(tomli_w.dumps(data))
+    with pytest.raises(bl.BaselineError, match=r"kind must be one of .*, got \[\]"):
+        bl.load(path)
 
 
 # -- temporary files of killed saves --------------------------------------------------------

@@ -7,7 +7,8 @@ tests of a module saved in a session into the file in one read and one write
 (:func:`save_tests`): under an exclusive lock of the folder, so that pytest-xdist workers
 saving at once lose nothing; through a temporary file in a git-ignored folder beside it,
 renamed into place (through a symlink to the file it points to).  A file that cannot be read
-is an error naming the file and the line, and is never written over.
+is an error naming the file and the line, and is never written over.  A version-2 file is
+held as the text of each entry, parsed when used: a save rebuilds what it writes anew.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import datetime
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +28,21 @@ from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.records import EXACT, Environment, Measured, Samples
 from pytest_distperf.verdict.stats import estimate
 from pytest_distperf.verdict.storefile import (
+    ENTRY_HEAD,
     ENV_FIELDS,
     OPTIONAL_ENV_FIELDS,
     SCHEMA_VERSION,
     THRESHOLD_KEYS,
     TIME_UNITS,
     BaselineError,
+    as_written,
+    entry_text,
     entry_v2,
-    flat_metrics,
+    flat_entry,
+    head_text,
+    loads,
     parse,
-    render,
+    validate,
 )
 
 __all__ = [
@@ -51,6 +57,7 @@ __all__ = [
 TMP_DIRNAME = ".distperf-tmp"
 #: The temporary files of saves before there was a TMP_DIRNAME: ``.test_x.toml.k2j4_x.tmp``.
 _OLD_TMP = re.compile(r"^\..+\.toml\.[A-Za-z0-9_]+\.tmp$")
+Texts = dict[str, dict[str, str]]  # test -> environment -> the text of its entry
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str]:
@@ -152,39 +159,74 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
     return table
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class BaselineFile:
-    """A parsed, validated baseline file (of either version); ``signature`` tells whether the
-    file on disk is still the one read (None: not known)."""
+    """A validated baseline file (of either version): the parsed ``data``, or its head and
+    the ``texts`` of its entries (:func:`read_entries`), each parsed when first used, so that
+    a session holds what it uses; ``kept``: entries a save writes back as they are.
+    ``signature`` tells whether the file on disk is still the one read (None: not known)."""
 
-    path: Path
-    data: dict[str, Any]
-    signature: tuple[int, int, int] | None = None
+    __slots__ = ("_head", "_kept", "_parsed", "_texts", "path", "signature")
+
+    def __init__(self, path: Path, data: dict[str, Any],
+                 signature: tuple[int, int, int] | None = None, *, texts: Texts | None = None,
+                 kept: Set[tuple[str, str]] = frozenset()) -> None:
+        self.path, self.signature = path, signature
+        self._head = {key: value for key, value in data.items() if key != "tests"}
+        self._texts, self._kept = texts, frozenset(kept)
+        self._parsed: dict[str, dict[str, Any]] = data.get("tests", {}) if texts is None else {}
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The whole file as parsed data, every entry parsed (for tools and tests)."""
+        return {**self._head, "tests": {test: {env_id: self._entry(test, env_id, False)
+                                               for env_id in per_env}
+                                        for test, per_env in self._index().items()}}
+
+    def _index(self) -> Mapping[str, Mapping[str, Any]]:
+        return self._texts if self._texts is not None else self._parsed
+
+    def _entry(self, test: str, env_id: str, keep: bool = True) -> dict[str, Any] | None:
+        """The test's parsed entry in ``env_id`` (``keep``: held for the next use)."""
+        parsed = self._parsed.get(test, {}).get(env_id)
+        text = (self._texts or {}).get(test, {}).get(env_id)
+        if parsed is None and text is not None:
+            parsed = (as_written(text) or _as_toml(self.path, text))[2]
+            if keep:
+                self._parsed.setdefault(test, {})[env_id] = parsed
+        return parsed
 
     def environments(self) -> dict[str, dict[str, Any]]:
-        return dict(self.data.get("environments", {}))
+        return dict(self._head.get("environments", {}))
 
     def thresholds(self, env_id: str) -> dict[str, float]:
         """The environment's ``thresholds`` table (threshold overrides and ``tolerance``)."""
-        table = self.data.get("environments", {}).get(env_id, {}).get("thresholds", {})
+        table = self._head.get("environments", {}).get(env_id, {}).get("thresholds", {})
         return {k: float(v) for k, v in table.items()}
 
     def tests(self) -> list[str]:
-        return sorted(self.data.get("tests", {}))
+        return sorted(self._index())
 
     def test_environments(self, test: str) -> list[str]:
-        return sorted(self.data.get("tests", {}).get(test, {}))
+        return sorted(self._index().get(test, {}))
 
     def metrics(self, test: str, env_id: str) -> dict[str, StoredMetric] | None:
-        tables = flat_metrics(self.data, test, env_id)
-        if tables is None:
-            return None
-        return {name: _stored_metric(table) for name, table in tables.items()}
+        entry = self._entry(test, env_id)
+        tables = None if entry is None else flat_entry(self._head.get("schema_version"), entry)
+        return None if tables is None else {n: _stored_metric(t) for n, t in tables.items()}
 
-    def entry_v2(self, test: str, env_id: str) -> dict[str, Any]:
+    def entry_v2(self, test: str, env_id: str, keep: bool = True) -> dict[str, Any]:
         """The test's entry in ``env_id`` as version 2 writes it."""
-        saved = self.data["tests"][test][env_id].get("saved", "")
-        return entry_v2(str(saved), flat_metrics(self.data, test, env_id) or {})
+        entry = self._entry(test, env_id, keep)
+        if entry is None:
+            raise KeyError((test, env_id))
+        return entry_v2(str(entry.get("saved", "")),
+                        flat_entry(self._head.get("schema_version"), entry))
+
+    def entry_text(self, test: str, env_id: str) -> str:
+        """The text a save writes for the test's entry in ``env_id``."""
+        if self._texts is not None and (test, env_id) in self._kept:
+            return self._texts[test][env_id]
+        return entry_text(test, env_id, self.entry_v2(test, env_id, keep=False))
 
 
 def _stored_metric(table: Mapping[str, Any]) -> StoredMetric:
@@ -219,7 +261,50 @@ def load(path: Path) -> BaselineFile | None:
         return None
     except OSError as exc:
         raise BaselineError(path, None, f"cannot be read ({exc.strerror or exc})") from None
-    return BaselineFile(path, parse(path, raw), signature)
+    file = read_entries(path, raw, signature)
+    return file if file is not None else BaselineFile(path, parse(path, raw), signature)
+
+
+def read_entries(path: Path, raw: bytes, signature: tuple[int, int, int] | None = None
+                 ) -> BaselineFile | None:
+    """A version-2 file read entry by entry (parsed whole, a file takes 4x its size in
+    objects), each entry validated and kept as its text: read as a save writes it
+    (:func:`~.storefile.as_written`), else as TOML.  None for any other file: :func:`parse`
+    reads it, or says why it cannot."""
+    texts, kept = Texts(), set[tuple[str, str]]()
+    try:
+        text = raw.decode("utf-8")
+        starts = [m.start() for m in ENTRY_HEAD.finditer(text)]
+        if not starts or '"""' in text or "'''" in text:  # a multi-line string: "[tests." in it
+            return None
+        head = loads(path, text[: starts[0]])
+        if head.get("schema_version") != SCHEMA_VERSION or "tests" in head:
+            return None
+        validate(path, text[: starts[0]], head)
+        for start, end in zip(starts, [*starts[1:], len(text)], strict=True):
+            body = "\n" + text[start:end].rstrip("\n") + "\n"
+            written = as_written(body)
+            test, env_id, entry = written or _as_toml(path, body)
+            if env_id in texts.get(test, {}):  # declared twice: parse() says where
+                return None
+            validate(path, body, {**head, "tests": {test: {env_id: entry}}})
+            texts.setdefault(test, {})[env_id] = body
+            if written:
+                kept.add((test, env_id))
+    except (BaselineError, ValueError):  # ValueError: not UTF-8, or a chunk not one entry
+        return None
+    return BaselineFile(path, head, signature, texts=texts, kept=kept)
+
+
+def _as_toml(path: Path, body: str) -> tuple[str, str, dict[str, Any]]:
+    """The test, environment and entry of one entry's text as TOML; ValueError: not one."""
+    first, _, rest = body.lstrip("\n").partition("\n")
+    # every table inside the entry: no two entries of a file can clash but by name
+    if any(not t.startswith(first[:-1] + ".") for t in re.findall(r"^\[.*", rest, re.M)):
+        raise ValueError(first)
+    ((test, per_env),) = loads(path, body)["tests"].items()
+    ((env_id, entry),) = per_env.items()
+    return test, env_id, entry
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -282,9 +367,12 @@ def save_tests(path: Path, module: str, saves: Sequence[tuple[str, Sequence[Save
     with _locked(target.parent) as locked:
         if locked:
             _remove_stale_temps(target.parent)
-        data = _merged(_current(target, known), module, saves, stamp)
-        _write(target, "".join(render(data)))
-        return BaselineFile(path, data, _signature(os.stat(target)))
+        current = _current(target, known) or BaselineFile(target, {})
+        head, texts = _merged(current, module, saves, stamp)
+        _write(target, "".join([head_text(head), *(text for per_env in texts.values()
+                                                   for text in per_env.values())]))
+        kept = {(test, env_id) for test, per_env in texts.items() for env_id in per_env}
+        return BaselineFile(path, head, _signature(os.stat(target)), texts=texts, kept=kept)
 
 
 def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
@@ -293,27 +381,29 @@ def save_test(path: Path, module: str, test: str, entries: Sequence[SaveEntry],
     save_tests(path, module, [(test, entries)], saved_at)
 
 
-def _merged(current: BaselineFile | None, module: str,
-            saves: Sequence[tuple[str, Sequence[SaveEntry]]], stamp: str) -> dict[str, Any]:
-    """The version-2 data of ``current`` with the ``saves`` in it."""
-    envs: dict[str, Any] = current.environments() if current is not None else {}
-    tests: dict[str, dict[str, Any]] = {}
-    if current is not None:
-        for test in current.tests():
-            tests[test] = {env_id: current.entry_v2(test, env_id)
-                           for env_id in current.test_environments(test)}
+def _merged(current: BaselineFile, module: str,
+            saves: Sequence[tuple[str, Sequence[SaveEntry]]], stamp: str
+            ) -> tuple[dict[str, Any], Texts]:
+    """The head and the entries' texts (sorted) of ``current`` with the ``saves`` in it, in
+    version 2: the other entries' texts as they are where a save writes them so already."""
+    envs: dict[str, Any] = current.environments()
+    texts: Texts = {}
     for test, entries in saves:
-        per_env = tests.setdefault(test, {})
         for entry in entries:
             env_id = environment_id(entry.environment)
             table = _env_table(entry.environment)
             if "thresholds" in envs.get(env_id, {}):
                 table["thresholds"] = envs[env_id]["thresholds"]
             envs[env_id] = table
-            per_env[env_id] = entry_v2(stamp, {name: stored_metric_table(m)
-                                               for name, m in entry.metrics.items()})
-    return {"schema_version": SCHEMA_VERSION, "module": module, "environments": envs,
-            "tests": tests}
+            texts.setdefault(test, {})[env_id] = entry_text(test, env_id, entry_v2(
+                stamp, {name: stored_metric_table(m) for name, m in entry.metrics.items()}))
+    for test in current.tests():
+        per_env = texts.setdefault(test, {})
+        for env_id in current.test_environments(test):
+            if env_id not in per_env:
+                per_env[env_id] = current.entry_text(test, env_id)
+    head = {"schema_version": SCHEMA_VERSION, "module": module, "environments": envs}
+    return head, {test: dict(sorted(texts[test].items())) for test in sorted(texts)}
 
 
 def _write(target: Path, text: str) -> None:
