@@ -145,7 +145,7 @@ def rank_faults() -> list[Row]:
 def never_joins() -> Row:
     """Rank 1 is stopped before it runs any Python; the start-up timeout is 6 s."""
     spawned: list[int] = []
-    original = multiprocessing.context.SpawnProcess.start
+    original = multiprocessing.context.ForkServerProcess.start
 
     def start_then_stop(self: Any) -> None:
         original(self)
@@ -155,7 +155,7 @@ def never_joins() -> Row:
 
     before = set(Path(tempfile.gettempdir()).glob(f"{leftovers.POOL_PREFIX}*"))
     pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=6)
-    multiprocessing.context.SpawnProcess.start = start_then_stop  # type: ignore[method-assign]
+    multiprocessing.context.ForkServerProcess.start = start_then_stop  # type: ignore[method-assign]
     t0 = time.perf_counter()
     try:
         pool.start()
@@ -163,7 +163,7 @@ def never_joins() -> Row:
     except RankError as exc:
         seen = "RankError: " + str(exc).split(":", 1)[0]
     finally:
-        multiprocessing.context.SpawnProcess.start = original  # type: ignore[method-assign]
+        multiprocessing.context.ForkServerProcess.start = original  # type: ignore[method-assign]
     reported = time.perf_counter() - t0
     new = set(Path(tempfile.gettempdir()).glob(f"{leftovers.POOL_PREFIX}*")) - before
     _, recovered = timed(lambda: call(pool, all_reduce_sum))
