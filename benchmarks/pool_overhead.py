@@ -4,10 +4,10 @@ Three measurements, each at 2 and 4 ranks on gloo:
 
 1. ``warm run()``: controller-side wall time of ``RankPool.execute`` of a trivial function on
    a pool that is already up (pickle, pipe to every rank, run, pipe back, unpickle).
-2. ``fresh group``: spawn the ranks, rendezvous, init the process group, run the same
-   function, tear down: the per-test cost of PyTorch's ``MultiProcessTestCase`` pattern.
+2. ``fresh group``: start the ranks, rendezvous, init the process group, run the same
+   function, tear down (forks of the fork server, which imported torch once).
 3. ``12 tests vs 1``: the wall time of a pytest run of a file with 12 distributed tests over
-   that of a file with one (both through the real plugin, pool spawned once per run).
+   that of a file with one (both through the real plugin, pool started once per run).
 
 Goals: warm run() under 5 ms; 12 tests at most 1.5x the wall time of 1.
 
