@@ -131,7 +131,7 @@ def test_compute_heavy(ddp_step_timer):
     assert "communication" not in kinds(t)
 
 
-@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=2.0)
 def test_fsdp(ddp_step_timer):
     t = ddp_step_timer(lambda: torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
                                                    torch.nn.Linear(64, 8)),
@@ -173,7 +173,7 @@ class GPTish(torch.nn.Module):
         return torch.optim.AdamW(self.parameters(), lr=lr)
 
 
-@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=2.0)
 def test_fsdp_gpt_style(ddp_step_timer):
     tokens = lambda rank: torch.randint(0, 64, (4, 16))  # noqa: E731
     t = ddp_step_timer(GPTish, tokens, steps=3, warmup=1, wrapper="fsdp",
@@ -210,7 +210,7 @@ def presharded_gpt():
     return model
 
 
-@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=2.0)
 def test_fsdp_tied_weights(ddp_step_timer):
     tokens = lambda rank: torch.randint(0, 64, (4, 16))  # noqa: E731
     run = dict(steps=2, warmup=1, wrapper="fsdp", control=False)
@@ -278,7 +278,7 @@ class PartlyUsed(torch.nn.Module):
         return self.used(x)
 
 
-@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=1.0)
+@pytest.mark.distperf(max_imbalance=10.0, max_comm_overhead=2.0)
 def test_ddp_options_reach_the_wrapper(ddp_step_timer):
     def counts(t):
         return {c.op: (c.calls, c.bytes) for c in t.comm_counts}

@@ -52,7 +52,7 @@ from torch import nn
 from pytest_distperf.analysis.topology import node_names
 
 # 4 CPU ranks on 2 cores: this suite checks the multi-node plumbing, not the speed
-pytestmark = pytest.mark.distperf(max_comm_overhead=1.0, max_imbalance=100.0)
+pytestmark = pytest.mark.distperf(max_comm_overhead=2.0, max_imbalance=100.0)
 ALL = os.environ.get("DISTPERF_TEST_ALL") == "1"
 
 
