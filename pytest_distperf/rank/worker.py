@@ -1,7 +1,8 @@
 """The loop inside one rank process: receive a command, run it, send back the result.
 
-Started by :mod:`pytest_distperf.pool.launcher` with the spawn start method.  Imports torch only
-inside :func:`main`, after the thread limits are set.  Knows nothing of pytest.
+Started by :mod:`pytest_distperf.pool.launcher`: a fork of the fork server, which imported
+torch (this module imports it only inside functions); :func:`main` sets the controller's
+environment and the thread limits first.  Knows nothing of pytest.
 
 Protocol (cloudpickled tuples over a duplex pipe):
   controller -> rank: ("call", call_id, payload, group_size, label, sys_path | None)
