@@ -134,6 +134,9 @@ def hand_pp(steps: int, warmup: int, microbatches: int) -> list[float]:
     return _timed_loop(step, steps, warmup)
 
 
+CONTROL = True  # --no-control: the fixture without the host-speed control after each step
+
+
 def one(kind: str, model: str, timer: Any, pool: Any, steps: int, warmup: int) -> list[float]:
     """Per step, the slowest rank's seconds, of one kind of run."""
     from pytest_distperf.analysis.analyzer import per_step_max
@@ -144,10 +147,10 @@ def one(kind: str, model: str, timer: Any, pool: Any, steps: int, warmup: int) -
         return list(per_step_max(pool.execute(fn, args, {}, 2, f"hand {model}")))
     if model == "tp":
         t = timer(tp_model, batch, mesh={"tp": 2}, parallelize=tp_parallelize, steps=steps,
-                  warmup=warmup)
+                  warmup=warmup, control=CONTROL)
     else:
         t = timer.pipeline(stage, batch, schedule="GPipe", microbatches=4, steps=steps,
-                           warmup=warmup)
+                           warmup=warmup, control=CONTROL)
     return list(t.samples["step_s"])
 
 
@@ -194,7 +197,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--models", default="tp,pp")
+    parser.add_argument("--no-control", action="store_true",
+                        help="the fixture without the host-speed control")
     args = parser.parse_args()
+    global CONTROL
+    CONTROL = not args.no_control
     rounds, steps = (3, 10) if args.quick else (args.rounds, args.steps)
 
     from pytest_distperf.fixtures.group import DistGroup
@@ -212,7 +219,8 @@ def main() -> None:
         pool.close()
     print(f"\n{datetime.date.today()}; before: {before}; after: load average "
           f"{' '.join(f'{v:.1f}' for v in os.getloadavg())}; gloo, 2 ranks; {rounds} rounds "
-          f"of {steps} steps, warm-up {args.warmup}\n")
+          f"of {steps} steps, warm-up {args.warmup}"
+          f"{'; the fixture without the control' if not CONTROL else ''}\n")
     print("| model | hand-written loop | fixture step_time_s | overhead (paired) | "
           "A/A: hand vs hand (paired) |")
     print("|---|---|---|---|---|")
