@@ -236,7 +236,7 @@ def test_more_ranks_than_cores_is_said_in_the_header(pytester: pytest.Pytester) 
     # started here (4 ranks on 2 cores run in tests/test_parallel.py)
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     result = pytester.runpytest("--distperf", "--gpus", str(cores + 1),
-                                           "-p", "no:cacheprovider")
+                                "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"distperf: warning: {cores + 1} ranks on {cores} CPU cores: *"])
 
@@ -254,7 +254,7 @@ def test_bind_reaches_the_ranks(pytester: pytest.Pytester) -> None:
         "    assert len(got[0]) == len(got[1]) == 1 and got[0] != got[1], got\n"
         "    nccl_group.measure('nap', lambda: None, iters=5)\n"))
     result = pytester.runpytest("--distperf", "--gpus", "2", "--distperf-bind",
-                                           "--distperf-json", "r.json", "-p", "no:cacheprovider")
+                                "--distperf-json", "r.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*pool: *each rank bound to its own cores*"])
     key = json.loads((pytester.path / "r.json").read_text())["environments"][0]["key"]

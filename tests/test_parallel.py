@@ -136,7 +136,7 @@ def test_fsdp_with_tp_on_a_2x2_mesh_and_a_tp_size_change_explained(
     four = ("--distperf", "--gpus", "4", *RUN, "-s", "--distperf-same-ranks")
     # one measurement of each timing saved: the comparison is of the exact metrics
     result = pytester.runpytest(*four, "-k", "test_tp_size", "--distperf-save",
-                                           *ONE_SAVE)
+                                *ONE_SAVE)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*BODY-OK tp size 1*"])
     monkeypatch.setenv("TP_SIZE", "2")
@@ -144,7 +144,7 @@ def test_fsdp_with_tp_on_a_2x2_mesh_and_a_tp_size_change_explained(
     # the 2 x 2 tests have no baseline; test_tp_size's timings are not the point: at a
     # tolerance of 100% they are not measured again
     result = pytester.runpytest(*four, "--distperf-tolerance", "1",
-                                           f"--distperf-json={report}")
+                                f"--distperf-json={report}")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*BODY-OK 2x2*", "*BODY-OK pp x dp*", "*BODY-OK tp size 2*"])
     result.stdout.fnmatch_lines(["FAILED test_four.py::test_tp_size - *"])
@@ -316,7 +316,7 @@ def test_a_microbatch_count_change_fails_exactly(pytester: pytest.Pytester,
     report = pytester.path / "report.json"
     # the timings are not the point: at a tolerance of 100% they are not measured again
     result = pytester.runpytest(*only, "--distperf-tolerance", "1",
-                                           f"--distperf-json={report}")
+                                f"--distperf-json={report}")
     result.assert_outcomes(failed=1)
     (test,) = json.loads(report.read_text())["tests"]
     verdicts = {v["metric"]: v for v in test["verdicts"]}

@@ -147,7 +147,7 @@ def test_dist_profiler_end_to_end(pytester: pytest.Pytester, tmp_path: Path,
     monkeypatch.setenv("DISTPERF_TRACE_DIR", str(trace_dir))
     pytester.makepyfile(test_profiled=PROFILE_TESTS)
     result = pytester.runpytest(*BASE, "--distperf-trace", str(trace_dir),
-                                           "--distperf-json", str(report_json))
+                                "--distperf-json", str(report_json))
     result.assert_outcomes(passed=3, failed=2)
     result.stdout.fnmatch_lines(["*test_straggler_fails_the_verdict*",
                                  "*profile.imbalance*max_imbalance*"])

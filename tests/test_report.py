@@ -43,8 +43,8 @@ def test_the_json_report_is_written_when_asked_even_with_nothing_measured(
     sub = pytester.mkdir("sub")
     monkeypatch.chdir(sub)
     result = pytester.runpytest("--distperf", "--distperf-json", "out.json",
-                                           str(pytester.path / "test_plain.py"),
-                                           "-p", "no:cacheprovider")
+                                str(pytester.path / "test_plain.py"),
+                                "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     data = json.loads((sub / "out.json").read_text())
     assert data["tests"] == [] and "no test recorded a distperf metric" in data["note"]
@@ -62,8 +62,8 @@ def test_a_relative_trace_folder_is_relative_to_where_pytest_was_started(
     sub = pytester.mkdir("sub")
     monkeypatch.chdir(sub)
     result = pytester.runpytest("--distperf", "--gpus", "2", "--distperf-trace",
-                                           "traces", str(pytester.path / "test_profiled.py"),
-                                           "-p", "no:cacheprovider")
+                                "traces", str(pytester.path / "test_profiled.py"),
+                                "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert any((sub / "traces").glob("*.trace.json"))
     assert not (pytester.path / "traces").exists()

@@ -238,7 +238,7 @@ def test_weighted_losses_give_the_whole_batch_gradient(nccl_group, loss):
 def test_batch_shares_on_real_ranks(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_gen=MODULE)
     result = pytester.runpytest("--distperf", "--gpus", "2", "-p",
-                                           "no:cacheprovider", "-rA", "-s")
+                                "no:cacheprovider", "-rA", "-s")
     result.assert_outcomes(passed=5)
     line = next(x for x in result.outlines if "SHARES {" in x)
     figures = json.loads(line.split("SHARES ", 1)[1])

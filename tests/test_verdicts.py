@@ -155,7 +155,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     # 3. another environment (1 rank, not 2) is never compared against
     monkeypatch.delenv("NAP_SLOWED")
     result = pytester.runpytest("--distperf", "--gpus", "1", "-p",
-                                           "no:cacheprovider")
+                                "no:cacheprovider")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines([
         "*distperf verdicts (per metric): 4 not comparable",
@@ -528,8 +528,8 @@ def compare_step(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
         monkeypatch.setenv(key, value)
     report = pytester.path / "report.json"
     result = pytester.runpytest(*RUN, f"--distperf-json={report}", *NO_LIMITS,
-                                           f"--junitxml={pytester.path / 'junit.xml'}",
-                                           *options)
+                                f"--junitxml={pytester.path / 'junit.xml'}",
+                                *options)
     for key in env:
         monkeypatch.delenv(key)
     (test,) = json.loads(report.read_text())["tests"]
@@ -690,8 +690,8 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
     report = pytester.path / "report.json"
     saves = 3
     result = pytester.runpytest(*RUN, "--distperf-save", *NO_LIMITS, *args,
-                                           f"--distperf-save-measurements={saves}",
-                                           f"--distperf-json={report}")
+                                f"--distperf-save-measurements={saves}",
+                                f"--distperf-json={report}")
     result.assert_outcomes(passed=2)
     test = next(t for t in json.loads(report.read_text())["tests"]
                 if t["nodeid"].endswith("test_step"))
