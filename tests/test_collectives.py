@@ -1,7 +1,7 @@
 """nccl_group.bench / bench_pairs and the collective health-check suite.
 
 Pure parts (planning, formulas, the pair analysis, the tables) are unit-tested here; the
-measurements run on real gloo groups in one pytester subprocess (2 and 4 ranks from one pool,
+measurements run on real gloo groups in one pytester run (2 and 4 ranks from one pool,
 plus the suite through ``--pyargs``), and its outcomes, output and JSON report are checked.
 No timing limit is asserted anywhere: only relations that hold on any machine.
 """

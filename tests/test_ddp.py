@@ -1,6 +1,6 @@
 """``ddp_step_timer`` end to end: real DDP and FSDP2 on gloo ranks, driven through pytester.
 
-One generated test module runs in one pytest subprocess (one rank pool) to keep the suite
+One generated test module runs in one pytest run (one rank pool) to keep the suite
 fast.  Timing verdicts rest only on effects no noise can hide: a rank made 4x slower by a
 sleep, 16 MiB of gradients against a batch of one row, a per-step sleep that strong scaling
 cannot shrink.  Tests expected to fail on a threshold print ``BODY-OK`` when their own

@@ -3,7 +3,7 @@ pipelines on gloo ranks, driven through pytester.
 
 What is asserted is exact (collective counts by mesh dimension, samples and FLOPs per step)
 or made of sleeps no shared host can hide; timings are left to the benchmarks.  Each
-generated module runs in one pytest subprocess (one rank pool): 2 ranks, and 4 only where
+generated module runs in one pytest run (one rank pool): 2 ranks, and 4 only where
 the 2 x 2 mesh or 4 stages is the point.
 """
 

@@ -2,7 +2,7 @@
 gradient the same as an even split's, and ``"auto"`` rebalancing a slow rank.
 
 The checks and the wording are pure unit tests; the rest runs real DDP on two gloo ranks in
-one pytest subprocess.  The slow rank is made slow by a sleep per sample (twice the other's),
+one pytest run.  The slow rank is made slow by a sleep per sample (twice the other's),
 an effect far beyond a shared host's noise.
 """
 

@@ -1,4 +1,4 @@
-"""Baselines end to end: pytest in a subprocess, real gloo ranks, real files.
+"""Baselines end to end: pytest runs of their own, real gloo ranks, real files.
 
 Timing verdicts here use effects no noise can hide (a sleep made 3x longer or 0.4x as long);
 the statistics themselves are unit-tested in test_baseline.py and measured on this machine by
