@@ -36,8 +36,6 @@ RUN = ("--distperf", "--gpus", "2", "-p", "no:cacheprovider", "-rA")
 #: test_a_save_takes_twelve_measurements_by_default checks the default.
 SAVE_MEASUREMENTS = 3
 SAVE = ("--distperf-save", f"--distperf-save-measurements={SAVE_MEASUREMENTS}")
-#: Measurements of a save of a controlled metric (read here: the verdict's rule imports numpy,
-#: which cannot be imported again after a pytester run has unloaded it)
 
 NAPS = textwrap.dedent("""
     import os
