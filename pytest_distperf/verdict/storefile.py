@@ -20,7 +20,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +156,9 @@ def loads(path: Path, text: str) -> dict[str, Any]:
     return data
 
 
-#: A key as :func:`render` writes it: bare, or a basic string.
+#: A key as :func:`entry_text` writes it: bare, or a basic string.
 KEY_TEXT = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*")'
-#: The header of a test's entry in one environment, as :func:`render` writes it.
+#: The header of a test's entry in one environment, as :func:`entry_text` writes it.
 ENTRY_HEAD = re.compile(rf"^\[tests\.{KEY_TEXT}\.{KEY_TEXT}\]$", re.MULTILINE)
 #: The keys of a table's header, ``[tests.test_a."gloo-..."]``.
 _HEADER_KEYS = re.compile(rf"({KEY_TEXT})(?:\.|\]$)")
@@ -431,15 +431,6 @@ def _samples_v2(table: Mapping[str, Any]) -> dict[str, Any]:
     if noise:
         out["noise"] = noise
     return out
-
-
-def render(data: Mapping[str, Any]) -> Iterator[str]:
-    """The text of a version-2 file, in pieces: keys sorted, every number written one way,
-    so that the same data always gives the same bytes."""
-    yield head_text(data)
-    for test, per_env in sorted(data.get("tests", {}).items()):
-        for env_id, entry in sorted(per_env.items()):
-            yield entry_text(test, env_id, entry)
 
 
 def head_text(data: Mapping[str, Any]) -> str:
