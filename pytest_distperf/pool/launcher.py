@@ -59,7 +59,7 @@ def is_secondary(error: str) -> bool:
 UNREADABLE = "unreadable reply"
 #: What the fork server imports before it forks a rank: torch, and what a training step
 #: imports on first use (torch._dynamo: 1.3 s), which fresh ranks would each pay again.
-PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "pytest_distperf.rank.worker"]
+PRELOAD = ["torch", "torch._dynamo", "pytest_distperf.rank.worker"]
 #: How often a waiting controller empties rank logs that passed their cap.
 LOG_CHECK_S = 1.0
 
@@ -239,7 +239,7 @@ class RankPool:
                 name=f"distperf-rank{rank}",
                 args=(rank, self.world_size, self.backend, port, child_conn, phase,
                       self._stack_file(rank), self._logs.path(rank), device, threads,
-                      self.timeout_s, cores[rank] if cores else (), dict(os.environ)),
+                      self.timeout_s, dict(os.environ), cores[rank] if cores else ()),
                 daemon=True,
             )
             proc.start()

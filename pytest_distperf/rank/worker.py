@@ -102,17 +102,16 @@ def main(
     device_index: int | None,
     threads: int,
     timeout_s: float,
+    environ: dict[str, str],
     cores: tuple[int, ...] = (),
-    environ: dict[str, str] | None = None,
 ) -> None:
     """The rank process: guard, join the group, serve the controller's calls until told to
     stop (or the controller goes away)."""
     global _phase_buffer
     _phase_buffer = phase_buffer
     _die_with_parent()
-    if environ is not None:  # the controller's variables now, not the fork server's
-        os.environ.clear()
-        os.environ.update(environ)
+    os.environ.clear()  # the controller's variables now, not the fork server's
+    os.environ.update(environ)
     # Processes this rank's code starts inherit the marker and stay in this rank's session:
     # the controller finds them so, and kills them with the pool
     # (pytest_distperf/pool/leftovers.py).
