@@ -1,4 +1,4 @@
-"""Root conftest: the plugin's own tests drive pytest in subprocesses through pytester."""
+"""Root conftest: the plugin's own tests drive pytest through pytester, in this process."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from _pytest.pytester import SysModulesSnapshot
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 from quick_runs import PLUGINS, quick_env
-
-from pytest_distperf.verdict import judgement
 
 pytest_plugins = ("pytester",)
 
@@ -45,9 +43,4 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot",
                         lambda: SysModulesSnapshot(preserve=keep))
     monkeypatch.setattr(pytester, "_sys_modules_snapshot", SysModulesSnapshot(preserve=keep))
-    # the pytester plugins set the judgement's constants for a run: back after the test even
-    # where a run ended before pytest_unconfigure
-    for name, value in vars(judgement).items():
-        if isinstance(value, (int, float, tuple)):
-            monkeypatch.setattr(judgement, name, value)
     return pytester
