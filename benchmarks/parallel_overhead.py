@@ -18,6 +18,8 @@ Overhead = median over rounds of median(fixture) / median(hand) in the same roun
 
     python benchmarks/parallel_overhead.py             # 7 rounds of 20 steps per model
     python benchmarks/parallel_overhead.py --quick     # 3 rounds of 10 steps
+    python benchmarks/parallel_overhead.py --decompose  # also the hand loop with the
+                                                        # fixture's work between steps
 """
 
 from __future__ import annotations
@@ -73,21 +75,43 @@ def batch(index: int) -> Any:
     return torch.randn(ROWS, WIDTH, generator=torch.Generator().manual_seed(index))
 
 
-def _timed_loop(step: Any, steps: int, warmup: int) -> list[float]:
-    """``steps`` back-to-back calls of ``step`` after ``warmup`` and one barrier."""
+def _timed_loop(step: Any, steps: int, warmup: int, between: str = "") -> list[float]:
+    """``steps`` back-to-back calls of ``step`` after ``warmup`` and one barrier.
+
+    ``between`` (``--decompose``) adds the fixture's work between steps, one piece at a
+    time: ``barrier`` (each step timed from a barrier, as the fixture does), ``compute`` or
+    ``memory`` (that host-speed control after each step, from a barrier of its own),
+    ``both`` (the two controls, as the fixture runs them on CPU ranks).
+    """
     import torch.distributed as dist
+
+    from pytest_distperf.rank.clock import control_kernel, memory_kernel
 
     for _ in range(warmup):
         step()
     dist.barrier()
-    marks = [time.perf_counter()]
+    if not between:
+        marks = [time.perf_counter()]
+        for _ in range(steps):
+            step()
+            marks.append(time.perf_counter())
+        return [b - a for a, b in itertools.pairwise(marks)]
+    controls = {"barrier": [], "compute": [control_kernel()], "memory": [memory_kernel()],
+                "both": [control_kernel(), memory_kernel()]}[between]
+    samples = []
     for _ in range(steps):
+        dist.barrier()
+        start = time.perf_counter()
         step()
-        marks.append(time.perf_counter())
-    return [b - a for a, b in itertools.pairwise(marks)]
+        samples.append(time.perf_counter() - start)
+        if controls:
+            dist.barrier()
+            for control in controls:
+                control()
+    return samples
 
 
-def hand_tp(steps: int, warmup: int) -> list[float]:
+def hand_tp(steps: int, warmup: int, between: str = "") -> list[float]:
     """On one rank: the TP step as a training script writes it."""
     import torch
     import torch.distributed as dist
@@ -104,10 +128,10 @@ def hand_tp(steps: int, warmup: int) -> list[float]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return _timed_loop(step, steps, warmup)
+    return _timed_loop(step, steps, warmup, between)
 
 
-def hand_pp(steps: int, warmup: int, microbatches: int) -> list[float]:
+def hand_pp(steps: int, warmup: int, microbatches: int, between: str = "") -> list[float]:
     """On one rank: a GPipe step of two stages as a training script writes it."""
     import torch
     import torch.distributed as dist
@@ -131,10 +155,12 @@ def hand_pp(steps: int, warmup: int, microbatches: int) -> list[float]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return _timed_loop(step, steps, warmup)
+    return _timed_loop(step, steps, warmup, between)
 
 
 CONTROL = True  # --no-control: the fixture without the host-speed control after each step
+DECOMPOSE_ON = False  # --decompose: also the hand loop with the fixture's work between steps
+DECOMPOSE = ("hand+barrier", "hand+compute", "hand+memory", "hand+both")
 
 
 def one(kind: str, model: str, timer: Any, pool: Any, steps: int, warmup: int) -> list[float]:
@@ -142,9 +168,10 @@ def one(kind: str, model: str, timer: Any, pool: Any, steps: int, warmup: int) -
     from pytest_distperf.analysis.analyzer import per_step_max
 
     if kind.startswith("hand"):
-        fn, args = ((hand_tp, (steps, warmup)) if model == "tp"
-                    else (hand_pp, (steps, warmup, 4)))
-        return list(per_step_max(pool.execute(fn, args, {}, 2, f"hand {model}")))
+        between = kind.partition("+")[2]
+        fn, args = ((hand_tp, (steps, warmup, between)) if model == "tp"
+                    else (hand_pp, (steps, warmup, 4, between)))
+        return list(per_step_max(pool.execute(fn, args, {}, 2, f"{kind} {model}")))
     if model == "tp":
         t = timer(tp_model, batch, mesh={"tp": 2}, parallelize=tp_parallelize, steps=steps,
                   warmup=warmup, control=CONTROL)
@@ -156,7 +183,7 @@ def one(kind: str, model: str, timer: Any, pool: Any, steps: int, warmup: int) -
 
 def bench(model: str, timer: Any, pool: Any, rounds: int, steps: int,
           warmup: int) -> dict[str, Any]:
-    kinds = ("fixture", "hand", "hand_again")
+    kinds = ("fixture", "hand", "hand_again") + (DECOMPOSE if DECOMPOSE_ON else ())
     per_round: dict[str, list[float]] = {k: [] for k in kinds}
     for i in range(rounds):
         for kind in (kinds if i % 2 == 0 else kinds[::-1]):
@@ -172,7 +199,8 @@ def bench(model: str, timer: Any, pool: Any, rounds: int, steps: int,
 
     return {"model": model, "hand_ms": med(per_round["hand"]) * 1e3,
             "fixture_ms": med(per_round["fixture"]) * 1e3, "overhead": paired("fixture"),
-            "aa": paired("hand_again")}
+            "aa": paired("hand_again"),
+            "parts": {k: paired(k) for k in kinds if k.startswith("hand+")}}
 
 
 def machine() -> str:
@@ -199,9 +227,12 @@ def main() -> None:
     parser.add_argument("--models", default="tp,pp")
     parser.add_argument("--no-control", action="store_true",
                         help="the fixture without the host-speed control")
+    parser.add_argument("--decompose", action="store_true",
+                        help="also the hand loop with a barrier before each step, and with "
+                             "each host-speed control after it")
     args = parser.parse_args()
-    global CONTROL
-    CONTROL = not args.no_control
+    global CONTROL, DECOMPOSE_ON
+    CONTROL, DECOMPOSE_ON = not args.no_control, args.decompose
     rounds, steps = (3, 10) if args.quick else (args.rounds, args.steps)
 
     from pytest_distperf.fixtures.group import DistGroup
@@ -227,6 +258,12 @@ def main() -> None:
     for r in rows:
         print(f"| {r['model']} | {r['hand_ms']:.2f} ms | {r['fixture_ms']:.2f} ms | "
               f"{r['overhead']:+.1%} | {r['aa']:+.1%} |")
+    if DECOMPOSE_ON:
+        print("\n| model | " + " | ".join(DECOMPOSE) + " |  (paired, against hand)")
+        print("|---|" + "---|" * len(DECOMPOSE))
+        for r in rows:
+            print(f"| {r['model']} | " + " | ".join(f"{r['parts'][k]:+.1%}" for k in DECOMPOSE)
+                  + " |")
 
 
 if __name__ == "__main__":
