@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -99,6 +100,22 @@ def test_a_fresh_pool_takes_the_variables_set_since_the_last(
     pool.start()
     assert call(pool, lambda: os.environ.get("DISTPERF_PROBE")) == [
         "set after the first pool"] * 2
+
+
+def test_the_fork_servers_imports_leave_cuda_alone() -> None:
+    """A process that has touched CUDA cannot fork ranks that use it ("Cannot re-initialize
+    CUDA in forked subprocess"): what the server imports must not ask CUDA anything."""
+    script = (
+        "import importlib, torch, torch.cuda\n"
+        "def refuse(*a, **k): raise RuntimeError('CUDA touched while importing')\n"
+        "for name in ('is_available', 'device_count', 'init', '_lazy_init', "
+        "'current_device'):\n"
+        "    setattr(torch.cuda, name, refuse)\n"
+        "from pytest_distperf.pool.launcher import PRELOAD\n"
+        "for module in PRELOAD: importlib.import_module(module)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_processes_started_by_a_rank_end_with_the_pool() -> None:
