@@ -71,7 +71,7 @@ def test_tensor_parallel(ddp_step_timer):
     dp = ddp_step_timer(mlp, batch, mesh={"dp": 2}, wrapper="fsdp", name="dp", **RUN)
     assert set(counts(dp)) == {("dp", "all_gather"), ("dp", "reduce_scatter")}
     assert dp.throughput * dp.step_time_s == pytest.approx(2 * ROWS)
-    # each TP rank counts the global op: one of them counts for the group
+    # each TP rank counts the FLOPs of its shard: the two count the model once
     assert dp.flops_per_step == 2 * tp.flops_per_step > 0
 
     def own(model, mesh):  # the user's parallelize: the same TP, written by hand
@@ -80,6 +80,16 @@ def test_tensor_parallel(ddp_step_timer):
     mine = ddp_step_timer(mlp, batch, mesh={"tp": 2}, parallelize=own, name="own", **RUN)
     assert counts(mine) == counts(tp) and mine.wrapper == "parallelize"
     print("BODY-OK tp")
+
+
+def test_a_collective_dtensor_issues_inside_an_op(ddp_step_timer):
+    # the output stays sharded on its last dimension; the loss's logsumexp over it makes
+    # DTensor gather it inside the op, where no hook of the TP plan sees it
+    t = ddp_step_timer(lambda: torch.nn.Sequential(torch.nn.Linear(WIDTH, HIDDEN)), batch,
+                       mesh={"tp": 2}, tp_plan={"0": ColwiseParallel(use_local_output=False)},
+                       loss_fn=lambda out: out.logsumexp(-1).mean(), name="inside", **RUN)
+    assert counts(t)[("tp", "all_gather")] == (1, ROWS * HIDDEN * 4)
+    print("BODY-OK inside an op")
 '''
 
 FOUR_RANKS = MODELS + r'''
@@ -414,8 +424,9 @@ def test_a_profile_of_a_pipeline(dist_profiler):
 def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
         pytester: pytest.Pytester) -> None:
     """TP (ColwiseParallel/RowwiseParallel) on 2 gloo ranks: one all-reduce of the output
-    per step on the ``tp`` dimension, the TP group's shared batch counted once, and the
-    user's own ``parallelize`` measured as the built-in plan is.
+    per step on the ``tp`` dimension, the TP group's shared batch counted once, the
+    user's own ``parallelize`` measured as the built-in plan is, and a collective DTensor
+    issues inside an op counted.
 
     ``dist_profiler.mesh``: the collectives of a TP step counted on the ``tp`` dimension of
     the user's own mesh, recorded as ``profile.comm.tp.*``, and labelled in the merged
@@ -423,7 +434,7 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
     labelled in the trace.  One run, one pool."""
     pytester.makepyfile(test_two=TWO_RANKS, test_prof="import json\n" + PROFILED)
     result = pytester.runpytest("--distperf", "--gpus", "2", *RUN, "-s")
-    result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["*BODY-OK tp*"])
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*BODY-OK tp*", "*BODY-OK inside an op*"])
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])
     result.stdout.fnmatch_lines(["*BODY-OK pipeline profile*"])

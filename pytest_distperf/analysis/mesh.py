@@ -8,9 +8,9 @@ step's samples and FLOPs each counted once.  Pure: no torch, no pytest.
   (:data:`~pytest_distperf.common.layout.MODEL_DIMS`), so a step's samples are the batches
   of the ranks at coordinate 0 on those dimensions: dp x tp = 2 x 2 with 8 rows a rank
   trains 16 samples a step, not 32.
-* FLOPs: ``torch.utils.flop_counter`` counts a DTensor op's global FLOPs on every rank of
-  its TP group (:data:`~pytest_distperf.common.layout.GLOBAL_FLOP_DIMS`), so one rank of
-  each TP group counts for it; pipeline stages and data-parallel ranks count their own.
+* FLOPs: every rank counts the FLOPs it computed (a TP rank those of its shard: the
+  collective counter lets DTensor split each op before the flop counter sees it), so a
+  step's FLOPs are the sum over the ranks.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from pytest_distperf.analysis.findings import recommendations, tp_bottlenecks
 from pytest_distperf.analysis.traces.names import canonical_collective
-from pytest_distperf.common.layout import GLOBAL_FLOP_DIMS, Layout, counted_once
+from pytest_distperf.common.layout import Layout, counted_once
 from pytest_distperf.common.quantiles import median
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
@@ -59,13 +59,12 @@ def samples_per_step(layout: Layout, batch_sizes: Sequence[tuple[int, int]]) -> 
     return sum(max(0, size) for rank, size in batch_sizes if counted_once(layout, rank))
 
 
-def flops_per_step(layout: Layout, flops: Sequence[tuple[int, int]]) -> int:
-    """A step's FLOPs, each once: every rank's count, but one rank's of each TP group
-    (which counts the global op); 0 where some rank's FLOPs were not counted.
-    ``flops``: (rank, its count)."""
+def flops_per_step(flops: Sequence[tuple[int, int]]) -> int:
+    """A step's FLOPs: the sum of what each rank computed; 0 where some rank's FLOPs were
+    not counted.  ``flops``: (rank, its count)."""
     if not flops or not all(count for _, count in flops):
         return 0
-    return sum(count for rank, count in flops if counted_once(layout, rank, GLOBAL_FLOP_DIMS))
+    return sum(count for _, count in flops)
 
 
 def blocked_share(per_rank: Sequence[Sequence[DimComm]], dim: str,
@@ -98,5 +97,4 @@ def on_mesh(timing: StepTiming, layout: Layout,
         bottlenecks=timing.bottlenecks + found,
         recommendations=recommendations(timing.bottlenecks + found, timing.batch_shares),
         throughput=samples / timing.step_time_s if timing.step_time_s > 0 else 0.0,
-        samples=per_step, flops_per_step=flops_per_step(layout, [(r.rank, r.flops)
-                                                                 for r in ranks]))
+        samples=per_step, flops_per_step=flops_per_step([(r.rank, r.flops) for r in ranks]))

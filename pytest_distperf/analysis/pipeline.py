@@ -188,7 +188,7 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
         stage_imbalance=imbalance, slowest_stage=slowest, per_stage=per_stage,
         bottlenecks=found, recommendations=recommendations(found),
         mesh_counts=dimension_counts([r.mesh_comm for r in ranks], layout),
-        flops_per_step=flops_per_step(layout, [(r.rank, r.flops) for r in ranks]),
+        flops_per_step=flops_per_step([(r.rank, r.flops) for r in ranks]),
         samples={"step_s": steps, "schedule_s": spans, "bubble": tuple(bubbles),
                  "utilisation": tuple(1.0 - b for b in bubbles),
                  "throughput": tuple(_ratio(samples, s) for s in steps),

@@ -9,9 +9,6 @@ from __future__ import annotations
 Layout = tuple[tuple[str, int], ...]
 #: Dimensions that split the model, not the batch: the ranks along them share one batch.
 MODEL_DIMS = frozenset({"tp", "pp", "cp"})
-#: Dimensions whose ranks each count a DTensor op's global FLOPs (the flop counter sees the
-#: op before it is split): one rank of each such group counts for all of it.
-GLOBAL_FLOP_DIMS = frozenset({"tp"})
 #: The dimension of a collective on a process group that is none of the mesh's.
 OTHER_DIM = "other"
 
@@ -35,11 +32,11 @@ def data_index(layout: Layout, rank: int) -> int:
     return index
 
 
-def counted_once(layout: Layout, rank: int, dims: frozenset[str] = MODEL_DIMS) -> bool:
-    """Whether ``rank`` stands for its group along ``dims`` (its coordinate is 0 on each):
-    a batch (or a global FLOP count) shared along them is counted on that rank alone."""
+def counted_once(layout: Layout, rank: int) -> bool:
+    """Whether ``rank`` stands for its TP, PP and CP groups (its coordinate is 0 on each):
+    a batch shared along them is counted on that rank alone."""
     where = coordinates(layout, rank)
-    return all(where[name] == 0 for name, _ in layout if name in dims)
+    return all(where[name] == 0 for name, _ in layout if name in MODEL_DIMS)
 
 
 def dimension_of(layout: Layout, ranks: tuple[int, ...]) -> str:

@@ -327,6 +327,8 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...]]:
         from pytest_distperf.rank.mesh import comm_counter
 
         by_dim = comm_counter(built.layout, timed=not built.clock.on_cuda)
+    # the collective counter inside the flop counter: DTensor splits each op before the flop
+    # counter sees it, so a TP rank counts the FLOPs of its shard
     with (profile(activities=activities, record_shapes=True) as prof,
           record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
         built.train_step()

@@ -189,6 +189,7 @@ def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) ->
     (CPU ranks): the seconds this rank is blocked in each, issuing it and in the
     ``wait_tensor`` of its result (DTensor's collectives; c10d's own are waited on outside
     the dispatcher, so only their issue counts).  ``result()``: the counts as records."""
+    from torch.distributed.tensor import DTensor
     from torch.profiler import record_function
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -200,6 +201,8 @@ def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) ->
 
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
+            if DTensor in types:  # let DTensor issue its collectives (a redistribution
+                return NotImplemented  # inside an op): they come back here on local tensors
             kwargs, tally = kwargs or {}, self.tally
             ours = func.namespace in COLLECTIVE_NAMESPACES
             group = _group_of(func, args, kwargs) if ours else None

@@ -246,7 +246,7 @@ def _counted_step(pipe: _Pipeline) -> tuple[int, tuple[DimComm, ...]]:
     set_phase("ddp_step_timer.pipeline: counting collectives and FLOPs (one more step)")
     dist.barrier()
     flops, by_dim = FlopCounterMode(display=False), comm_counter(pipe.layout)
-    with flops, by_dim:
+    with flops, by_dim:  # in this order: a TP rank counts the FLOPs of its shard
         pipe.run()
         pipe.optimizer.step()
         pipe.optimizer.zero_grad(set_to_none=True)
