@@ -255,6 +255,10 @@ def test_refusals(ddp_step_timer):
         ddp_step_timer.scaling(Sleepy, batch, world_sizes=(1, 2, 4))
     with pytest.raises(ValueError, match=r"asks for 3 ranks but only 2 are available"):
         ddp_step_timer(Sleepy, batch, world_size=3)
+    with pytest.raises(ValueError, match=r"mesh dp=2 x tp=3 asks for 6 ranks"):
+        ddp_step_timer(Sleepy, batch, mesh={"dp": 2, "tp": 3}, tp_plan={}, wrapper="fsdp")
+    with pytest.raises(TypeError, match="train_context must be a callable"):
+        ddp_step_timer(Sleepy, batch, train_context=object())
     with pytest.raises(ValueError, match="wrapper must be one of ddp, fsdp"):
         ddp_step_timer(Sleepy, batch, wrapper="zero")
     with pytest.raises(ValueError, match="mode must be one of weak, strong"):

@@ -90,6 +90,20 @@ def test_a_collective_dtensor_issues_inside_an_op(ddp_step_timer):
                        loss_fn=lambda out: out.logsumexp(-1).mean(), name="inside", **RUN)
     assert counts(t)[("tp", "all_gather")] == (1, ROWS * HIDDEN * 4)
     print("BODY-OK inside an op")
+
+
+def test_a_vocabulary_sharded_loss_in_its_train_context(ddp_step_timer):
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    def cross_entropy(logits):  # its backward needs loss_parallel too: outside loss_fn
+        return torch.nn.functional.cross_entropy(logits, torch.zeros(ROWS, dtype=torch.long))
+
+    t = ddp_step_timer(lambda: torch.nn.Sequential(torch.nn.Linear(WIDTH, HIDDEN)), batch,
+                       mesh={"tp": 2}, tp_plan={"0": ColwiseParallel(use_local_output=False)},
+                       loss_fn=cross_entropy, train_context=loss_parallel, name="lp", **RUN)
+    assert ("tp", "all_reduce") in counts(t)  # the softmax's statistics, not the logits
+    assert ("tp", "all_gather") not in counts(t)
+    print("BODY-OK loss_parallel")
 '''
 
 FOUR_RANKS = MODELS + r'''
@@ -425,8 +439,8 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
         pytester: pytest.Pytester) -> None:
     """TP (ColwiseParallel/RowwiseParallel) on 2 gloo ranks: one all-reduce of the output
     per step on the ``tp`` dimension, the TP group's shared batch counted once, the
-    user's own ``parallelize`` measured as the built-in plan is, and a collective DTensor
-    issues inside an op counted.
+    user's own ``parallelize`` measured as the built-in plan is, a collective DTensor
+    issues inside an op counted, and ``loss_parallel`` as the ``train_context``.
 
     ``dist_profiler.mesh``: the collectives of a TP step counted on the ``tp`` dimension of
     the user's own mesh, recorded as ``profile.comm.tp.*``, and labelled in the merged
@@ -434,7 +448,8 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
     labelled in the trace.  One run, one pool."""
     pytester.makepyfile(test_two=TWO_RANKS, test_prof="import json\n" + PROFILED)
     result = pytester.runpytest("--distperf", "--gpus", "2", *RUN, "-s")
-    result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines(["*BODY-OK tp*", "*BODY-OK inside an op*"])
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*BODY-OK tp*", "*BODY-OK inside an op*",
+                                 "*BODY-OK loss_parallel*"])
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])
     result.stdout.fnmatch_lines(["*BODY-OK pipeline profile*"])

@@ -69,6 +69,9 @@ class StepSpec:
     #: each rank's share of batch_fn's global batch (:mod:`~pytest_distperf.rank.shares`),
     #: or "auto" (measured first); (): every rank trains on its batch_fn(rank)
     batch_shares: tuple[float, ...] | str = ()
+    #: a context-manager factory entered around each step's forward, loss and backward
+    #: (torchtitan's ``train_context``: ``loss_parallel`` for a vocabulary-sharded loss)
+    train_context: Callable[[], Any] | None = None
 
 
 class _BucketTimer:
@@ -137,6 +140,7 @@ class Built:
     clock: Clock
     timer: _BucketTimer | None  # the bucket-timing comm hook, where there is one
     layout: Layout = ()  # the mesh layout of ``mesh=``, () without one
+    context: Callable[[], Any] = contextlib.nullcontext  # around forward and backward
 
     @property
     def batch_size(self) -> int:
@@ -144,7 +148,8 @@ class Built:
 
     def train_step(self) -> None:
         """One plain step: forward, backward, optimizer step."""
-        self.forward().backward()
+        with self.context():
+            self.forward().backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -202,7 +207,8 @@ def build(spec: StepSpec) -> Built:
         loss = loss_fn(out)
         return loss * feed.weight if feed.weight != 1.0 else loss
 
-    return Built(wrapped, no_sync, optimizer, forward, feed, clock, timer, spec.mesh)
+    return Built(wrapped, no_sync, optimizer, forward, feed, clock, timer, spec.mesh,
+                 spec.train_context or contextlib.nullcontext)
 
 
 def _feed(spec: StepSpec, batch: Any, device: Any, rank: int, world: int) -> Feed:
@@ -252,7 +258,7 @@ def _warm_up(built: Built, steps: int) -> None:
         for sync in (True, False):
             set_phase(f"ddp_step_timer: warm-up {i + 1}/{steps} "
                       f"({'sync' if sync else 'no_sync'})")
-            with contextlib.nullcontext() if sync else built.no_sync():
+            with contextlib.nullcontext() if sync else built.no_sync(), built.context():
                 built.forward().backward()
             built.optimizer.step()
             built.optimizer.zero_grad(set_to_none=True)
@@ -282,7 +288,7 @@ def _timed_step(built: Built, sync: bool, k: int,
         timer.calls.clear()
         timer.active = sync
     t0 = clock.now()
-    with contextlib.nullcontext() if sync else built.no_sync():
+    with contextlib.nullcontext() if sync else built.no_sync(), built.context():
         loss = built.forward()
         t1 = clock.now()
         loss.backward()
