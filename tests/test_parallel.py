@@ -313,16 +313,56 @@ def test_slow_sends_are_exposed_communication(ddp_step_timer):
 """
 
 
+#: torch.distributed.pipelining's loss_fn(output, target) with a target per data index, and
+#: batches or targets whose rows do not split into the microbatches.
+TARGETS = STAGES + r"""
+
+def ids(index):  # the target of row r is r: 8 rows in 4 microbatches of 2
+    return torch.arange(8)
+
+
+def regress(output, target):
+    assert target.tolist() in ([0, 1], [2, 3], [4, 5], [6, 7]), target
+    return ((output - target[:, None]) ** 2).mean()
+
+
+@pytest.mark.distperf(max_imbalance=100, min_pipeline_utilisation=0)
+def test_a_target_for_the_loss(ddp_step_timer):
+    t = ddp_step_timer.pipeline(lambda i, n: Stage(0.001), batch, loss_fn=regress,
+                                target_fn=ids, microbatches=4, steps=2, warmup=1,
+                                control=False)
+    assert counts(t)[("pp", "send")][0] == 4
+    print("BODY-OK target")
+
+
+def test_rows_that_do_not_split(ddp_step_timer):
+    ddp_step_timer.pipeline(lambda i, n: Stage(0.001), lambda i: torch.randn(4, 16),
+                            schedule="Interleaved1F1B", microbatches=3, steps=1, warmup=0)
+
+
+def test_a_target_that_does_not_split(ddp_step_timer):
+    ddp_step_timer.pipeline(lambda i, n: Stage(0.001), batch, loss_fn=regress,
+                            target_fn=lambda i: torch.arange(6), steps=1, warmup=0)
+"""
+
+
 def test_pipelines_on_two_ranks(pytester: pytest.Pytester) -> None:
     """GPipe, 1F1B and interleaved 1F1B on 2 gloo ranks: a balanced GPipe bubble within a
     few points of (p - 1) / (m + p - 1), each schedule's sends counted, an unbalanced split
     named with the blocks to move (and failing ``max_imbalance``), slow sends measured as
-    the ``pp`` dimension's exposed communication."""
-    pytester.makepyfile(test_pipes=PIPELINES)
+    the ``pp`` dimension's exposed communication.  A target given to the loss in
+    microbatches; a batch or target whose rows do not split into them refused by name."""
+    pytester.makepyfile(test_pipes=PIPELINES, test_targets=TARGETS)
     result = pytester.runpytest(*TWO_PIPES, "-s", "-k", "not test_microbatch_count")
-    result.assert_outcomes(passed=4, failed=1)
+    result.assert_outcomes(passed=5, failed=3)
     result.stdout.fnmatch_lines(["*BODY-OK gpipe*", "*BODY-OK unbalanced*",
-                                 "*BODY-OK slow sends*"])
+                                 "*BODY-OK slow sends*", "*BODY-OK target*"])
+    result.stdout.fnmatch_lines([
+        "*raised ValueError: ddp_step_timer.pipeline: batch_fn(0) has 4 rows (shape (4, 16)), "
+        "which do not split into microbatches=3 equal parts; give a multiple of 3 rows, or "
+        "microbatches= a divisor of 4*",
+        "*raised ValueError: ddp_step_timer.pipeline: target_fn(0) has 6 rows*"])
+    result.stdout.no_fnmatch_line("*arg_mbs*")
     result.stdout.fnmatch_lines([
         "*threshold breach(es) in *test_an_unbalanced_split_is_named*",
         "*pipeline.stage_imbalance = * exceeds max_imbalance = 0.100 (ranks involved: 1)*",

@@ -134,6 +134,14 @@ def test_metrics_round_trip_and_validate() -> None:
     ({"mesh": {"dp": 2}}, "has no 'pp' dimension"),
     ({"virtual_stages": 2}, "GPipe runs one stage per rank"),
     ({"microbatches": 0}, "microbatches must be an int >= 1"),
+    ({"schedule": "1F1B", "microbatches": 1},
+     "1F1B needs a microbatch per stage at least, got microbatches=1 on pp=2; use "
+     "microbatches=2 or more"),
+    # torch's rounds: max(1, 5 // 2) = 2, and 5 is not a multiple of 2
+    ({"schedule": "Interleaved1F1B", "microbatches": 5},
+     "in 2 equal rounds .* use a multiple of 2: microbatches=4 or 6"),
+    ({"mesh": {"pp": 2, "tp": 2}}, "has a 'tp' dimension but nothing uses it; pass "
+                                   "parallelize="),
 ])
 def test_a_pipeline_is_checked_before_any_rank_is_busy(kwargs: dict[str, object],
                                                        match: str) -> None:
@@ -144,6 +152,33 @@ def test_a_pipeline_is_checked_before_any_rank_is_busy(kwargs: dict[str, object]
     spec = plan(print, print, schedule="interleaved1f1b", microbatches=4, mesh=None,
                 virtual_stages=None, world_size=2)
     assert (spec.schedule, spec.virtual, spec.mesh) == ("Interleaved1F1B", 2, PP2)
+    # what torch's schedules take: 3 microbatches in one round; TP by the user's parallelize
+    assert plan(print, print, schedule="Interleaved1F1B", microbatches=3, mesh=None,
+                virtual_stages=None, world_size=2).microbatches == 3
+    assert plan(print, print, schedule="1F1B", microbatches=2, mesh={"pp": 2, "tp": 2},
+                virtual_stages=None, world_size=4, parallelize=print).mesh == (*PP2, ("tp", 2))
+
+
+def loss(output: object, target: object) -> object:
+    return output
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"target_fn": print}, r"target_fn= gives the loss a target, but no loss_fn= takes it; "
+                           r"pass loss_fn=\(output, target\) -> loss"),
+    ({"target_fn": print, "loss_fn": lambda output: output},
+     "the loss is loss_fn.output, target., but loss_fn=<lambda> does not take 2 arguments"),
+    ({"loss_fn": loss}, r"loss_fn=loss does not take \(output\) alone; pass target_fn="),
+    ({"target_fn": 3, "loss_fn": loss}, "target_fn must be callable, got 3"),
+])
+def test_a_loss_and_its_target_are_checked_before_any_rank_is_busy(
+        kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+        plan(print, print, schedule="GPipe", microbatches=4, mesh=None, virtual_stages=None,
+             world_size=2, **kwargs)
+    spec = plan(print, print, schedule="GPipe", microbatches=4, mesh=None,
+                virtual_stages=None, world_size=2, loss_fn=loss, target_fn=print)
+    assert (spec.loss_fn, spec.target_fn) == (loss, print)
 
 
 def gpipe(transfer: float) -> tuple[tuple[Chunk, ...], tuple[Chunk, ...]]:

@@ -38,7 +38,8 @@ class PipelineSpec:
     virtual: int = 1  # stages per rank: 2 or more for the interleaved schedules
     steps: int = 10
     warmup: int = 2
-    loss_fn: Callable[[Any], Any] | None = None
+    loss_fn: Callable[..., Any] | None = None  # (output) -> loss, or (output, target)
+    target_fn: Callable[[int], Any] | None = None  # (data-parallel index) -> the loss's target
     optimizer_fn: Callable[[Any], Any] | None = None
     parallelize: Callable[[Any, Any], Any] | None = None  # (stage module, mesh) -> module
     wrapper: str = "fsdp"  # the built-in wrapper on a ``dp`` dimension: "fsdp" or "ddp"
@@ -165,21 +166,68 @@ def _stage_modules(spec: PipelineSpec, mesh: Any, device: Any) -> tuple[list[Any
     return modules, indices
 
 
+def _rows(tensor: Any, microbatches: int, what: str) -> None:
+    """Refuse a tensor whose first dimension does not split into ``microbatches`` equal
+    microbatches (torch's schedules split it with ``tensor_split``)."""
+    rows = int(tensor.shape[0]) if tensor.dim() > 0 else 0
+    if rows == 0 or rows % microbatches:
+        raise ValueError(f"ddp_step_timer.pipeline: {what} has {rows} rows (shape "
+                         f"{tuple(tensor.shape)}), which do not split into microbatches="
+                         f"{microbatches} equal parts; give a multiple of {microbatches} "
+                         f"rows, or microbatches= a divisor of {rows}")
+
+
+def _inputs(spec: PipelineSpec, device: Any) -> tuple[tuple[Any, ...], Any, int]:
+    """This rank's batch (the first stage's arguments), the loss's target and the batch
+    size, each checked to split into the microbatches on every rank, before any stage."""
+    import torch
+    import torch.distributed as dist
+
+    from pytest_distperf.rank.ddp import prepare_batch
+
+    rank = dist.get_rank()
+    index = data_index(spec.mesh, rank)
+    batch, size = prepare_batch(spec.batch_fn(index), device, rank, dist.get_world_size(),
+                                False)
+    args = batch if isinstance(batch, tuple) else (batch,)
+    for k, tensor in enumerate(args):
+        _rows(tensor, spec.microbatches,
+              f"batch_fn({index})" + (f"[{k}]" if len(args) > 1 else ""))
+    if spec.target_fn is None:  # the schedule needs a target; the loss leaves it out
+        return args, torch.zeros(size, device=device), size
+    target = spec.target_fn(index)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"ddp_step_timer.pipeline: target_fn({index}) must return a tensor, "
+                        f"got {type(target).__name__}")
+    _rows(target, spec.microbatches, f"target_fn({index})")
+    return args, target.to(device), size
+
+
+def _loss(spec: PipelineSpec) -> Callable[[Any, Any], Any]:
+    """The schedule's ``loss_fn(output, target)``: the user's, or ``loss_fn(output)``
+    without a ``target_fn``."""
+    from pytest_distperf.rank.ddp import default_loss
+
+    if spec.target_fn is not None and spec.loss_fn is not None:
+        return spec.loss_fn
+    loss_fn = spec.loss_fn or default_loss
+    return lambda output, target: loss_fn(output)
+
+
 def _build(spec: PipelineSpec) -> _Pipeline:
     """The stages, the schedule by name, the optimizer and this rank's step."""
     import torch
-    import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import (
         PipelineScheduleSingle,
         get_schedule_class,
     )
 
-    from pytest_distperf.rank.ddp import default_loss, prepare_batch, takes_module
+    from pytest_distperf.rank.ddp import takes_module
     from pytest_distperf.rank.mesh import device_mesh
 
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = rank_device()
+    args, target, size = _inputs(spec, device)
     mesh = device_mesh(spec.mesh, device.type)
     modules, indices = _stage_modules(spec, mesh, device)
     total = mesh["pp"].size() * spec.virtual
@@ -187,15 +235,10 @@ def _build(spec: PipelineSpec) -> _Pipeline:
               for m, i in zip(modules, indices, strict=True)]
     timer = _ChunkTimer(Clock(device), stages)
     kind = get_schedule_class(spec.schedule)
-    loss_fn = spec.loss_fn or default_loss
     schedule = kind(stages[0] if issubclass(kind, PipelineScheduleSingle) else stages,
-                    n_microbatches=spec.microbatches,
-                    loss_fn=lambda output, target: loss_fn(output))
-    batch, size = prepare_batch(spec.batch_fn(data_index(spec.mesh, rank)), device, rank,
-                                 world, False)
-    inputs = (batch if isinstance(batch, tuple) else (batch,)) if 0 in indices else ()
-    # the schedule splits a target beside the batch; the loss here is the user's of the output
-    last = {"target": torch.zeros(size, device=device)} if total - 1 in indices else {}
+                    n_microbatches=spec.microbatches, loss_fn=_loss(spec))
+    inputs = args if 0 in indices else ()
+    last = {"target": target} if total - 1 in indices else {}
     params = [q for m in modules for q in m.parameters()]
     if spec.optimizer_fn is None:
         optimizer = torch.optim.SGD(params, lr=1e-3)
