@@ -396,11 +396,9 @@ class RankStep:
     """What one rank measured in ``ddp_step_timer``: raw per-step samples, in seconds.
 
     Synchronised steps and steps without gradient synchronisation (``no_sync``) alternate;
-    every step starts at a barrier.  ``comm`` holds the communication calls the comm hook
-    saw during the synchronised steps (empty where there is no hook, e.g. FSDP2);
-    ``comm_time_s`` is, per synchronised step, the time covered by those calls (the union of
-    their intervals).
-    """
+    every step starts at a barrier.  ``comm``: the calls the comm hook saw in the synchronised
+    steps (none without a hook, e.g. FSDP2); ``comm_time_s``: per synchronised step, the
+    union of their intervals."""
 
     rank: int
     batch_size: int  # samples per step on this rank
@@ -423,8 +421,10 @@ class RankStep:
     memory_control_s: tuple[float, ...] = ()
     #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
     flops: int = 0
-    #: with a mesh, the collectives of the counted step by mesh dimension (exact)
+    #: with a mesh, the collectives of the counted step by mesh dimension (exact), and the
+    #: seconds that step took on this rank (it runs under the counters, slower than others)
     mesh_comm: tuple[DimComm, ...] = ()
+    counted_step_s: float = 0.0
     calibration_s: tuple[float, ...] = ()  # batch_shares="auto": its no-sync calibration steps
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted

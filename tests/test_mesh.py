@@ -68,9 +68,10 @@ def test_a_process_group_is_mapped_to_its_dimension_by_its_ranks(
     assert dimension_of(layout, ranks) == dim
 
 
-def rank(r: int, batch: int = 8, flops: int = 1000,
-         comm: tuple[DimComm, ...] = ()) -> RankStep:
-    return RankStep(r, batch, STEP, STEP, STEP, STEP, STEP, flops=flops, mesh_comm=comm)
+def rank(r: int, batch: int = 8, flops: int = 1000, comm: tuple[DimComm, ...] = (),
+         counted_s: float = 0.1) -> RankStep:
+    return RankStep(r, batch, STEP, STEP, STEP, STEP, STEP, flops=flops, mesh_comm=comm,
+                    counted_step_s=counted_s)
 
 
 @pytest.mark.parametrize(("layout", "samples"), [
@@ -170,18 +171,30 @@ def test_the_tp_communication_share_is_the_median_ranks_blocked_time() -> None:
     assert found.description == (
         "tensor-parallel collectives block 50% of the step (50 ms of 100 ms per step: 16 "
         "all_reduce of 256 KiB); limit 40%")
-    assert "sequence parallelism" in found.suggestion
+    assert "use sequence parallelism" in found.suggestion
+    # with sequence parallelism (reduce-scatters on tp) the advice does not ask for it
+    sp = (DimComm("tp", "reduce_scatter", 8, 1 << 20, 0.03), DimComm("tp", "_allgather_base",
+                                                                      8, 1 << 20, 0.03))
+    (with_sp,) = on_mesh(analyze_steps([rank(r, comm=sp) for r in range(4)]),
+                         DP_TP).bottlenecks
+    assert "use sequence parallelism" not in with_sp.suggestion
+    assert "sequence parallelism runs" in with_sp.suggestion
     share = {m.name: m for m in step_metrics(timing)}["tp_comm_share"]
     assert share.threshold == "max_tp_comm_share" and share.hint == found.suggestion
     # no tp dimension, or nothing timed (GPU ranks): no share, no finding
     assert on_mesh(analyze_steps([rank(r) for r in range(4)]), DP).tp_comm_share is None
+    # each rank's blocked time against its own counted step, which the counters slow
+    # (here 3x the plain 0.1 s step): a sixth of it, not half of the plain step
+    slowed = [rank(r, comm=tp, counted_s=0.3) for r in range(4)]
+    assert on_mesh(analyze_steps(slowed), DP_TP).tp_comm_share == pytest.approx(1 / 6)
 
 
 def test_exposed_communication_by_dimension_and_data_parallel_efficiency() -> None:
     # synchronised steps of 100 ms, 75 ms without the gradient synchronisation; ranks
     # blocked 20 ms a step in TP all-reduces
     tp = (DimComm("tp", "all_reduce", 4, 1 << 20, 0.02),)
-    ranks = [RankStep(r, 8, STEP, STEP, STEP, STEP, (0.075,) * 6, mesh_comm=tp)
+    ranks = [RankStep(r, 8, STEP, STEP, STEP, STEP, (0.075,) * 6, mesh_comm=tp,
+                      counted_step_s=0.1)
              for r in range(4)]
     plain = analyze_steps(ranks)
     assert plain.comm_overhead == pytest.approx(0.25)

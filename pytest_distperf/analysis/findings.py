@@ -299,11 +299,16 @@ def tp_bottlenecks(share: float | None, step_time_s: float, counts: Sequence[Com
         return []
     what = ", ".join(f"{c.calls} {c.op} of {format_bytes(c.bytes / c.calls)}"
                      for c in counts if c.calls)
+    advice = GENERIC_SUGGESTIONS["tp_communication"]
+    if any(c.op == "reduce_scatter" and c.calls for c in counts):  # sequence parallel runs
+        advice = ("reduce the TP size (keep TP inside a node, on its fastest links) or overlap "
+                  "TP communication with compute (async TP, torch.compile's collective "
+                  "micro-pipelining); the tp reduce-scatters show sequence parallelism runs")
     return [Bottleneck(
         "tp_communication", severity(share, limit), (),
         f"tensor-parallel collectives block {share:.0%} of the step ({ms(share * step_time_s)} "
         f"of {ms(step_time_s)} per step: {what or 'none counted'}); limit {limit:.0%}",
-        GENERIC_SUGGESTIONS["tp_communication"], share, limit)]
+        advice, share, limit)]
 
 
 # -- pipelines -------------------------------------------------------------------------------

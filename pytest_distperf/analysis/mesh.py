@@ -67,15 +67,18 @@ def flops_per_step(flops: Sequence[tuple[int, int]]) -> int:
     return sum(count for _, count in flops)
 
 
-def blocked_share(per_rank: Sequence[Sequence[DimComm]], dim: str,
-                  step_time_s: float) -> float | None:
-    """The share of a step the median rank is blocked in the collectives of ``dim``
-    (issuing them and waiting for their results), at most 1; None where no rank timed
-    any (GPU ranks, or no collective on ``dim``)."""
-    seconds = [sum(c.seconds for c in counts if c.dim == dim) for counts in per_rank]
-    if not step_time_s > 0 or not any(seconds):
+def blocked_share(per_rank: Sequence[tuple[Sequence[DimComm], float]],
+                  dim: str) -> float | None:
+    """The share of the counted step the median rank is blocked in the collectives of
+    ``dim`` (issuing them and waiting for their results), each rank's against its own
+    counted step (``per_rank``: its counts and that step's seconds; the counters slow it,
+    so no other step's time is comparable), at most 1; None where no rank timed any (GPU
+    ranks, or no collective on ``dim``)."""
+    shares = [sum(c.seconds for c in counts if c.dim == dim) / seconds
+              for counts, seconds in per_rank if seconds > 0]
+    if not any(shares):
         return None
-    return min(1.0, (median(seconds) or 0.0) / step_time_s)
+    return min(1.0, median(shares) or 0.0)
 
 
 def on_mesh(timing: StepTiming, layout: Layout,
@@ -84,7 +87,7 @@ def on_mesh(timing: StepTiming, layout: Layout,
     layout, the counts by dimension, throughput and FLOPs counted once per sample, and
     the TP communication share (and its finding)."""
     ranks = timing.raw
-    share = blocked_share([r.mesh_comm for r in ranks], "tp", timing.step_time_s)
+    share = blocked_share([(r.mesh_comm, r.counted_step_s) for r in ranks], "tp")
     counts = dimension_counts([r.mesh_comm for r in ranks], layout)
     found = tp_bottlenecks(share, timing.step_time_s,
                            [c for c in counts if c.group == "tp"], resolve_thresholds(limits))

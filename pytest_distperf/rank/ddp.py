@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import gc
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -307,15 +308,15 @@ def _timed_step(built: Built, sync: bool, k: int,
     return phases, buckets
 
 
-def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...]]:
+def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
     """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
     with shapes: every collective and its message size; on a GPU its kernels too), inside
     the region annotation the trace analysis counts in, and under
     ``torch.utils.flop_counter`` (the step's FLOPs on this rank: forward, backward,
     optimizer); with a mesh, under a dispatch mode that counts the collectives by mesh
-    dimension too.  The trace, compressed, the FLOPs (0 where they could not be counted)
-    and the counts by dimension.  Untimed: the overheads do not touch the timings, and
-    counts do not depend on them."""
+    dimension too.  The trace, compressed, the FLOPs (0 where they could not be counted),
+    the counts by dimension and the step's seconds (under all of that: only the blocked
+    share of its collectives is read against it)."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
@@ -337,13 +338,15 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...]]:
     # counter sees it, so a TP rank counts the FLOPs of its shard
     with (profile(activities=activities, record_shapes=True) as prof,
           record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
+        start = time.perf_counter()
         built.train_step()
         built.clock.synchronize()
+        seconds = time.perf_counter() - start
     try:
         flops = int(counter.get_total_flops())
     except Exception:  # a model the counter cannot follow: the FLOPs stay unknown
         flops = 0
-    return exported(prof), flops, by_dim.result() if by_dim is not None else ()
+    return exported(prof), flops, by_dim.result() if by_dim is not None else (), seconds
 
 
 def _measure(spec: StepSpec) -> RankStep:
@@ -381,7 +384,8 @@ def _measure(spec: StepSpec) -> RankStep:
             if not built.clock.on_cuda:
                 peak_rss = max(peak_rss, rss_bytes())
     peak, capacity, source = memory_figures(built.clock, peak_rss, world)
-    census, flops, mesh_comm = _census(built) if spec.count_collectives else (b"", 0, ())
+    census, flops, mesh_comm, counted_s = (_census(built) if spec.count_collectives
+                                           else (b"", 0, (), 0.0))
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
         backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
@@ -391,7 +395,7 @@ def _measure(spec: StepSpec) -> RankStep:
         buckets=max(bucket_counts) if bucket_counts else None, census=census,
         control_s=tuple(check.compute_s) if check is not None else (),
         memory_control_s=tuple(check.memory_s) if check is not None else (), flops=flops,
-        mesh_comm=mesh_comm, calibration_s=calibration)
+        mesh_comm=mesh_comm, counted_step_s=counted_s, calibration_s=calibration)
 
 
 def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
