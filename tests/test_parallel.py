@@ -104,6 +104,15 @@ def test_a_vocabulary_sharded_loss_in_its_train_context(ddp_step_timer):
     assert ("tp", "all_reduce") in counts(t)  # the softmax's statistics, not the logits
     assert ("tp", "all_gather") not in counts(t)
     print("BODY-OK loss_parallel")
+
+
+def test_a_model_compiled_with_fullgraph(ddp_step_timer):
+    # the counted step runs it eagerly: torch.compile does not trace under the counters
+    t = ddp_step_timer(lambda: torch.compile(mlp(), fullgraph=True, backend="eager"), batch,
+                       name="compiled", **RUN)
+    assert t.flops_per_step == ddp_step_timer(mlp, batch, name="plain", **RUN).flops_per_step
+    assert t.flops_per_step > 0 and {c.op for c in t.comm_counts} == {"all_reduce"}
+    print("BODY-OK compiled")
 '''
 
 FOUR_RANKS = MODELS + r'''
@@ -480,7 +489,8 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
     """TP (ColwiseParallel/RowwiseParallel) on 2 gloo ranks: one all-reduce of the output
     per step on the ``tp`` dimension, the TP group's shared batch counted once, the
     user's own ``parallelize`` measured as the built-in plan is, a collective DTensor
-    issues inside an op counted, and ``loss_parallel`` as the ``train_context``.
+    issues inside an op counted, ``loss_parallel`` as the ``train_context``, and a model
+    compiled with ``fullgraph=True`` counted eagerly.
 
     ``dist_profiler.mesh``: the collectives of a TP step counted on the ``tp`` dimension of
     the user's own mesh, recorded as ``profile.comm.tp.*``, and labelled in the merged
@@ -488,8 +498,8 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
     labelled in the trace.  One run, one pool."""
     pytester.makepyfile(test_two=TWO_RANKS, test_prof="import json\n" + PROFILED)
     result = pytester.runpytest("--distperf", "--gpus", "2", *RUN, "-s")
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*BODY-OK tp*", "*BODY-OK inside an op*",
-                                 "*BODY-OK loss_parallel*"])
+                                 "*BODY-OK loss_parallel*", "*BODY-OK compiled*"])
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])
     result.stdout.fnmatch_lines(["*BODY-OK pipeline profile*"])

@@ -314,13 +314,15 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
     the region annotation the trace analysis counts in, and under
     ``torch.utils.flop_counter`` (the step's FLOPs on this rank: forward, backward,
     optimizer); with a mesh, under a dispatch mode that counts the collectives by mesh
-    dimension too.  The trace, compressed, the FLOPs (0 where they could not be counted),
+    dimension too; compiled code runs eagerly in it (the counters cannot follow it).  The
+    trace, compressed, the FLOPs (0 where they could not be counted),
     the counts by dimension and the step's seconds (under all of that: only the blocked
     share of its collectives is read against it)."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
 
+    from pytest_distperf.rank.mesh import comm_counter, eager
     from pytest_distperf.rank.profile import exported
 
     set_phase("ddp_step_timer: counting collectives and FLOPs (one step under torch.profiler)")
@@ -331,12 +333,10 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if built.clock.on_cuda else [])
     by_dim = None
     if built.layout:
-        from pytest_distperf.rank.mesh import comm_counter
-
         by_dim = comm_counter(built.layout, timed=not built.clock.on_cuda)
     # the collective counter inside the flop counter: DTensor splits each op before the flop
     # counter sees it, so a TP rank counts the FLOPs of its shard
-    with (profile(activities=activities, record_shapes=True) as prof,
+    with (eager(), profile(activities=activities, record_shapes=True) as prof,
           record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
         start = time.perf_counter()
         built.train_step()

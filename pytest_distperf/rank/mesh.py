@@ -229,3 +229,18 @@ def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) ->
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+@contextlib.contextmanager
+def eager() -> Iterator[None]:
+    """Compiled code run eagerly, for a step under the counters: torch.compile does not trace
+    under a dispatch mode (with ``fullgraph=True`` it fails); the flop counter's warning
+    about its global module hooks is muted."""
+    import warnings
+
+    import torch
+
+    stance = getattr(torch.compiler, "set_stance", None)  # torch >= 2.6
+    with warnings.catch_warnings(), stance("force_eager") if stance else _nothing():
+        warnings.filterwarnings("ignore", message=".*global hooks on modules")
+        yield

@@ -284,12 +284,12 @@ def _counted_step(pipe: _Pipeline) -> tuple[int, tuple[DimComm, ...]]:
     import torch.distributed as dist
     from torch.utils.flop_counter import FlopCounterMode
 
-    from pytest_distperf.rank.mesh import comm_counter
+    from pytest_distperf.rank.mesh import comm_counter, eager
 
     set_phase("ddp_step_timer.pipeline: counting collectives and FLOPs (one more step)")
     dist.barrier()
     flops, by_dim = FlopCounterMode(display=False), comm_counter(pipe.layout)
-    with flops, by_dim:  # in this order: a TP rank counts the FLOPs of its shard
+    with eager(), flops, by_dim:  # in this order: a TP rank counts the FLOPs of its shard
         pipe.run()
         pipe.optimizer.step()
         pipe.optimizer.zero_grad(set_to_none=True)
