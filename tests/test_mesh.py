@@ -159,6 +159,11 @@ def test_a_parallelisation_the_mesh_cannot_run_is_refused(kwargs: dict[str, obje
     assert check_parallelisation(DP_TP, None, {}, "fsdp", None, None) == 4
     with pytest.raises(ValueError, match="has none"):
         check_parallelisation((("dp", 2),), None, {}, "fsdp", None, None)
+    # torchtitan's names: the built-in wrapper runs on 'dp' only, your parallelize on any
+    hsdp = (("dp_shard", 2), ("tp", 2))
+    with pytest.raises(ValueError, match="nothing uses 'dp_shard'"):
+        check_parallelisation(hsdp, None, {}, "fsdp", None, None)
+    assert check_parallelisation(hsdp, lambda m, mesh: m, None, "fsdp", None, None) == 4
 
 
 def test_the_tp_communication_share_is_the_median_ranks_blocked_time() -> None:
@@ -202,6 +207,9 @@ def test_exposed_communication_by_dimension_and_data_parallel_efficiency() -> No
     two_d = on_mesh(plain, DP_TP)
     assert two_d.dp_efficiency == pytest.approx(0.75)
     assert two_d.exposed_comm_by_dim == pytest.approx({"dp": 0.025, "tp": 0.02})
+    shard = on_mesh(plain, (("dp_shard", 2), ("tp", 2)))  # any dimension but tp, pp, cp
+    assert shard.dp_efficiency == pytest.approx(0.75)
+    assert shard.exposed_comm_by_dim == pytest.approx({"dp": 0.025, "tp": 0.02})
     tp_only = on_mesh(plain, TP)  # no data-parallel dimension: no data-parallel figure
     assert tp_only.dp_efficiency is None
     assert tp_only.exposed_comm_by_dim == pytest.approx({"tp": 0.02})

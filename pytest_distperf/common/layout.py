@@ -32,6 +32,11 @@ def data_index(layout: Layout, rank: int) -> int:
     return index
 
 
+def data_parallel(layout: Layout) -> tuple[str, ...]:
+    """The layout's data-parallel dimensions: every one but ``tp``, ``pp`` and ``cp``."""
+    return tuple(name for name, _ in layout if name not in MODEL_DIMS)
+
+
 def counted_once(layout: Layout, rank: int) -> bool:
     """Whether ``rank`` stands for its TP, PP and CP groups (its coordinate is 0 on each):
     a batch shared along them is counted on that rank alone."""
