@@ -257,3 +257,24 @@ def test_a_verdict_says_how_many_re_measurements_ran_on_fresh_ranks(tmp_path: Pa
             Measured(step_time.value, Samples(step_time.samples), QUIET.steal, QUIET.wait,
                      QUIET.other_load) for _ in range(rule._CONFIRMATIONS + 1))
         assert v["comm.all_reduce.calls"].measurements == ()
+
+
+def test_an_explanation_names_what_the_test_asked_for_differently() -> None:
+    """A mesh or a schedule changed since the save: the counts moved because the layout
+    did (informational metrics, which fail nothing themselves)."""
+    step = Verdict("step_time_s", bl.REGRESSED, change=0.4)
+    layout = [Verdict("mesh.dp", INFO, baseline=2, current=1),
+              Verdict("mesh.tp", INFO, baseline=2, current=4),
+              Verdict("comm.dp.all_gather.calls", bl.IMPROVED, baseline=5, current=0,
+                      kind=EXACT)]
+    out = {v.metric: v for v in explain([step, *layout], dict.fromkeys(
+        ["step_time_s", *(v.metric for v in layout)], "L"), 0.1)}
+    assert out["step_time_s"].explanation == (
+        "mesh dp 2 -> 1, tp 2 -> 4; dp.all_gather: no longer issued (was 5 call(s)/step)")
+    util = Verdict("pipeline.utilisation", bl.REGRESSED, change=-0.2)
+    theory = Verdict("pipeline.bubble_theory", INFO, baseline=0.2,
+                     current=1 / 3)
+    out = {v.metric: v for v in explain([util, theory], dict.fromkeys(
+        [util.metric, theory.metric], "P"), 0.1)}
+    assert out[util.metric].explanation == (
+        "the schedule's bubble in theory 0.200 -> 0.333 (microbatches or stages changed)")

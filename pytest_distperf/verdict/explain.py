@@ -273,6 +273,8 @@ _SMALL_EXTRA = 0.01
 _COMM = re.compile(r"comm\.(?P<op>.+)\.(?P<what>calls|bytes)(?:#\d+)?$")
 _BUCKETS = re.compile(r"comm\.buckets(?:#\d+)?$")
 _SUFFIX = re.compile(r"#\d+$")
+_MESH = re.compile(r"(?:^|\.)mesh\.(?P<dim>\w+)$")
+_THEORY = "pipeline.bubble_theory"
 #: The metrics that say where a step's time went, and their words.
 PHASES = (("compute_time_s", "compute"), ("exposed_comm_s", "exposed communication"))
 
@@ -298,13 +300,34 @@ def explain(verdicts: Sequence[Verdict], labels: Mapping[str, str],
 
 
 def _describe(v: Verdict, others: Sequence[Verdict], tolerance: float) -> list[str]:
+    layout = setup_changes(others)
     if v.kind == EXACT:
-        return comm_changes([v, *others], only=_op_of(v.metric))
-    parts = comm_changes(others)
+        return layout + comm_changes([v, *others], only=_op_of(v.metric))
+    parts = layout + comm_changes(others)
     if not parts and any(w.kind == EXACT for w in others):
         parts = ["collective calls and bytes unchanged"]
     phases = phase_changes(others, tolerance)
     return parts + ([phases] if phases else [])
+
+
+def setup_changes(verdicts: Sequence[Verdict]) -> list[str]:
+    """The mesh's sizes and the pipeline schedule's theoretical bubble, where they changed
+    since the save: what the test itself asked for differently."""
+    mesh, parts = [], []
+    for v in verdicts:
+        name = _SUFFIX.sub("", v.metric)
+        match = _MESH.search(name)
+        if (match is None and not name.endswith(_THEORY)) or v.baseline == v.current:
+            continue
+        shown = "{:g}" if match is not None else "{:.3f}"
+        was = "none" if v.baseline is None else shown.format(v.baseline)
+        now = "none" if v.current is None else shown.format(v.current)
+        if match is not None:
+            mesh.append(f"{match['dim']} {was} -> {now}")
+        else:
+            parts.append(f"the schedule's bubble in theory {was} -> {now} (microbatches "
+                         f"or stages changed)")
+    return ([f"mesh {', '.join(mesh)}"] if mesh else []) + parts
 
 
 def _op_of(name: str) -> str | None:
