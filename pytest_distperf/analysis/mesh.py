@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from pytest_distperf.analysis.findings import recommendations, tp_bottlenecks
-from pytest_distperf.analysis.traces.names import canonical_collective
 from pytest_distperf.common.layout import Layout, counted_once
+from pytest_distperf.common.names import canonical_collective
 from pytest_distperf.common.quantiles import median
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming

@@ -13,6 +13,8 @@ room may import it, the rank processes included.
   throughput, as rows;
 * :mod:`~pytest_distperf.common.layout`: mesh layouts: a rank's coordinates, which batch it
   trains on, which rank counts for its group;
+* :mod:`~pytest_distperf.common.names`: canonical collective and dtype names, as profilers
+  and the dispatcher spell them;
 * :mod:`~pytest_distperf.common.plaindata`: ``to_dict``/``from_dict``, a record tree as JSON-ready
   data and back (:mod:`pytest_distperf.records` re-exports them).
 """

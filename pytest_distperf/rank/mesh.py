@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_distperf.common.layout import Layout, dimension_of
+from pytest_distperf.common.names import canonical_collective
 from pytest_distperf.records import DimComm
 
 _GROUPS: dict[tuple[int, ...], Any] = {}
@@ -165,7 +166,7 @@ class _Tally:
         if group.group_name not in self.dims:
             ranks = tuple(dist.get_process_group_ranks(group))
             self.dims[group.group_name] = dimension_of(self.layout, ranks)
-        return self.dims[group.group_name], op
+        return self.dims[group.group_name], canonical_collective(op)
 
     def count(self, key: tuple[str, str], nbytes: int) -> None:
         calls, total = self.counts.get(key, (0, 0))
@@ -183,8 +184,8 @@ def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) ->
     """A dispatch mode that counts every collective op by (mesh dimension, op name): calls
     and message bytes (the largest buffer, nccl-tests' size).  A group's dimension comes
     from its ranks (:func:`~pytest_distperf.common.layout.dimension_of`), so groups the
-    user's code made itself count too.  Op names are the dispatcher's (``_allgather_base_``,
-    ``all_reduce``, ``send``); the controller makes them canonical.  ``label``: wrap each
+    user's code made itself count too.  Op names are canonical (the dispatcher's
+    ``_allgather_base_`` and ``all_gather_into_tensor`` are ``all_gather``).  ``label``: wrap each
     collective in a ``mesh.<dim>.<op>`` range, which a profile's trace shows.  ``timed``
     (CPU ranks): the seconds this rank is blocked in each, issuing it and in the
     ``wait_tensor`` of its result (DTensor's collectives; c10d's own are waited on outside

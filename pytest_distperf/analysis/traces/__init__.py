@@ -4,7 +4,6 @@ The rule: everything here reads Kineto's Chrome-trace JSON (as ``torch.profiler`
 per rank) and plain records; no torch, no pytest.
 
 * :mod:`~pytest_distperf.analysis.traces.merge`: one Chrome/Perfetto trace of all ranks, one clock;
-* :mod:`~pytest_distperf.analysis.traces.names`: canonical collective and dtype names;
 * :mod:`~pytest_distperf.analysis.traces.rank_timeline`: one rank's collectives, communication and
   compute intervals;
 * :mod:`~pytest_distperf.analysis.traces.stages`: pipeline stages' labelled chunks;
@@ -24,7 +23,6 @@ from pytest_distperf.analysis.traces.analysis import (
 )
 from pytest_distperf.analysis.traces.desync import DesyncError, check_desync
 from pytest_distperf.analysis.traces.merge import base_time_ns, load_trace, merge_traces
-from pytest_distperf.analysis.traces.names import canonical_collective, canonical_dtype
 from pytest_distperf.analysis.traces.rank_timeline import (
     REGION_NAME,
     CommOp,
@@ -33,6 +31,7 @@ from pytest_distperf.analysis.traces.rank_timeline import (
     timelines,
 )
 from pytest_distperf.common.intervals import clip_intervals, intersection_length, merge_intervals
+from pytest_distperf.common.names import canonical_collective, canonical_dtype
 
 __all__ = [
     "REGION_NAME",

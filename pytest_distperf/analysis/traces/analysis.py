@@ -23,10 +23,10 @@ from pytest_distperf.analysis.findings import (
 from pytest_distperf.analysis.traces.arrivals import collective_timings
 from pytest_distperf.analysis.traces.census import count_ops
 from pytest_distperf.analysis.traces.desync import check_desync
-from pytest_distperf.analysis.traces.names import P2P
 from pytest_distperf.analysis.traces.rank_timeline import Timeline, timelines
 from pytest_distperf.common.files import file_stem
 from pytest_distperf.common.intervals import intersection_length, total_length
+from pytest_distperf.common.names import P2P
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.common.shares import batch_shares
 from pytest_distperf.config import format_bytes, resolve_thresholds

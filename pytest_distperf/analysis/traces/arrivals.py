@@ -23,9 +23,9 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from pytest_distperf.analysis.traces.names import P2P
 from pytest_distperf.analysis.traces.rank_timeline import CommOp, Timeline
 from pytest_distperf.common.bandwidth import BUS_FACTORS, gbps
+from pytest_distperf.common.names import P2P
 from pytest_distperf.fixtures.results.profile import CollectiveTiming
 
 

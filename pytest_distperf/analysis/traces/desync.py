@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from pytest_distperf.analysis.traces.names import P2P, SAME_SIZE_EVERYWHERE
 from pytest_distperf.analysis.traces.rank_timeline import CommOp
+from pytest_distperf.common.names import P2P, SAME_SIZE_EVERYWHERE
 from pytest_distperf.fixtures.results.profile import ProfileReport
 
 

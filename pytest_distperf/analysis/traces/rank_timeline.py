@@ -23,7 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_distperf.analysis.traces.merge import base_time_ns, trace_events
-from pytest_distperf.analysis.traces.names import (
+from pytest_distperf.analysis.traces.stages import TraceChunk, stage_chunks
+from pytest_distperf.common.intervals import clip_intervals, merge_intervals, union_length
+from pytest_distperf.common.names import (
     ALIASES,
     COMM_OP_PREFIXES,
     NOT_COLLECTIVES,
@@ -31,8 +33,6 @@ from pytest_distperf.analysis.traces.names import (
     canonical_collective,
     canonical_dtype,
 )
-from pytest_distperf.analysis.traces.stages import TraceChunk, stage_chunks
-from pytest_distperf.common.intervals import clip_intervals, merge_intervals, union_length
 from pytest_distperf.config import format_bytes
 from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP
 
@@ -409,7 +409,7 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
     the same collective and message size still waiting for one (else the oldest of the same
     collective), issued before it ran: execution is in issue order per group, but gloo runs
     two collectives of one step on two threads, and the second may start first.  A
-    collective the backend runs as another (:data:`~pytest_distperf.analysis.traces.names.RUN_AS`:
+    collective the backend runs as another (:data:`~pytest_distperf.common.names.RUN_AS`:
     gloo's reduce-scatter is an all-reduce) goes to the call it implements, so that the
     call is counted once, at the level the code issued it.  An execution no call claims (a
     collective issued from C++) becomes a call of its own.
