@@ -18,7 +18,13 @@ from pytest_distperf.analysis.mesh import (
     on_mesh,
     samples_per_step,
 )
-from pytest_distperf.common.layout import coordinates, counted_once, data_index, dimension_of
+from pytest_distperf.common.layout import (
+    coordinates,
+    counted_once,
+    data_index,
+    dimension_of,
+    mesh_groups,
+)
 from pytest_distperf.config import resolve_thresholds
 from pytest_distperf.fixtures.mesh import check_parallelisation, layout_of
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
@@ -33,6 +39,12 @@ TP = (("tp", 4),)
 PP = (("pp", 4),)
 DP_TP = (("dp", 2), ("tp", 2))
 PP_DP = (("pp", 2), ("dp", 2))
+
+
+def test_a_mesh_is_made_of_each_row_of_each_dimension() -> None:
+    assert mesh_groups(DP_TP) == ((0, 2), (1, 3), (0, 1), (2, 3))
+    assert mesh_groups((("pp", 2), ("dp", 1))) == ((0,), (1,))  # all of 0..n-1 left out
+    assert mesh_groups(TP) == ()
 
 
 def test_coordinates_are_row_major_as_init_device_mesh_lays_ranks_out() -> None:

@@ -117,6 +117,11 @@ def test_a_model_compiled_with_fullgraph(ddp_step_timer):
 
 FOUR_RANKS = MODELS + r'''
 
+def test_a_smaller_group_first(ddp_step_timer):
+    # the pool makes the group of ranks 0 and 1; the meshes below must still build
+    assert ddp_step_timer(mlp, batch, world_size=2, **RUN).world_size == 2
+
+
 def test_fsdp_and_tp_on_a_2x2_mesh(ddp_step_timer):
     two_d = ddp_step_timer(mlp, batch, mesh={"dp": 2, "tp": 2}, parallelize=tp_then_fsdp,
                            name="two_d", **RUN)
@@ -178,7 +183,7 @@ def test_fsdp_with_tp_on_a_2x2_mesh_and_a_tp_size_change_explained(
     # tolerance of 100% they are not measured again
     result = pytester.runpytest(*four, "--distperf-tolerance", "1",
                                 f"--distperf-json={report}")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*BODY-OK 2x2*", "*BODY-OK pp x dp*", "*BODY-OK tp size 2*"])
     result.stdout.fnmatch_lines(["FAILED test_four.py::test_tp_size - *"])
     (test,) = [t for t in json.loads(report.read_text())["tests"]

@@ -4,6 +4,8 @@ pure analysis use the same arithmetic."""
 
 from __future__ import annotations
 
+import math
+
 #: A mesh layout: (dimension name, size) pairs, outermost first, as ``init_device_mesh`` takes
 #: them; ranks are laid out row-major over it.
 Layout = tuple[tuple[str, int], ...]
@@ -30,6 +32,20 @@ def data_index(layout: Layout, rank: int) -> int:
         if name not in MODEL_DIMS:
             index = index * size + where[name]
     return index
+
+
+def mesh_groups(layout: Layout) -> tuple[tuple[int, ...], ...]:
+    """The process groups a mesh of ``layout`` over ranks 0..n-1 is made of: per dimension,
+    each row of ranks that differ only there; all of 0..n-1 left out (the measured group)."""
+    total = math.prod(size for _, size in layout)
+    rows: dict[tuple[int, ...], None] = {}
+    for name, _ in layout:
+        along: dict[tuple[int, ...], list[int]] = {}
+        for rank in range(total):
+            where = coordinates(layout, rank)
+            along.setdefault(tuple(v for n, v in where.items() if n != name), []).append(rank)
+        rows.update((tuple(r), None) for r in along.values() if len(r) < total)
+    return tuple(rows)
 
 
 def data_parallel(layout: Layout) -> tuple[str, ...]:

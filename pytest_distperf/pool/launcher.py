@@ -96,7 +96,7 @@ class Engine(Protocol):
 
     def execute(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, groups: tuple[tuple[int, ...], ...] = (),
     ) -> list[Any]: ...
 
     def rank_info(self) -> list[dict[str, Any]]: ...
@@ -165,7 +165,7 @@ class RankPool:
         self._conns: list[Any] = []
         self._phases: list[Any] = []
         self._info: list[dict[str, Any]] = []
-        self._subgroups: set[int] = set()
+        self._groups: set[tuple[int, ...]] = set()  # made on every rank (worker.make_groups)
         self._sys_path_sent: list[str] | None = None
         self._next_id = 0
         self._tmp: str | None = None
@@ -275,7 +275,7 @@ class RankPool:
             with contextlib.suppress(Exception):
                 conn.close()
         self._procs, self._conns, self._phases = [], [], []
-        self._subgroups = set()
+        self._groups = set()
         self._sys_path_sent = None
         self._store = None
         if self._sock is not None:
@@ -305,11 +305,13 @@ class RankPool:
     # -- calls ----------------------------------------------------------------------------
     def execute(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, groups: tuple[tuple[int, ...], ...] = (),
     ) -> list[Any]:
+        """Run ``fn`` on ranks 0..size-1, after every rank made the process groups the call
+        needs: those ranks, and ``groups`` (a mesh's rows)."""
         __tracebackhide__ = True
         if self._route is not None:
-            return self._route.execute(fn, args, kwargs, size, label, timeout_s)
+            return self._route.execute(fn, args, kwargs, size, label, timeout_s, groups)
         try:
             payload = cloudpickle.dumps((fn, args, kwargs))
         except Exception as exc:
@@ -320,12 +322,14 @@ class RankPool:
             ) from None
         self._ensure_started(label)
         try:
-            if size < self.world_size and size not in self._subgroups:
+            wanted = [g for g in ((tuple(range(size)),) if size < self.world_size else ())
+                      + groups if g not in self._groups]
+            if wanted:
                 call_id = self._new_id()
-                self._send(range(self.world_size), ("subgroup", call_id, size))
+                self._send(range(self.world_size), ("groups", call_id, tuple(wanted)))
                 self._gather(list(range(self.world_size)), call_id, self.timeout_s,
-                             f"creating the subgroup of {size} ranks")
-                self._subgroups.add(size)
+                             f"creating the process groups {', '.join(map(str, wanted))}")
+                self._groups.update(wanted)
             sys_path = list(sys.path)
             shipped = None if sys_path == self._sys_path_sent else sys_path
             self._sys_path_sent = sys_path

@@ -46,14 +46,13 @@ class TorchrunEngine:
         self.backend = dist.get_backend()
         self.device_type = "cuda" if self.backend == "nccl" else "cpu"
         torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
-        self._subgroups: dict[int, Any] = {self.world_size: None}
         self._info: list[dict[str, Any]] | None = None
         #: Why this rank can run no more calls (its group was destroyed); '' while it can.
         self._broken = ""
 
     def execute(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
-        timeout_s: float | None = None,
+        timeout_s: float | None = None, groups: tuple[tuple[int, ...], ...] = (),
     ) -> list[Any]:
         __tracebackhide__ = True
         import torch.distributed as dist
@@ -61,13 +60,14 @@ class TorchrunEngine:
         if self._broken:
             raise RankError(f"{label} was not run: an earlier call broke the group of this "
                             f"rank: {self._broken}", (self.rank,))
-        if size not in self._subgroups:
-            self._subgroups[size] = dist.new_group(list(range(size)))
+        first = tuple(range(size))
+        worker.make_groups(((first,) if size < self.world_size else ()) + groups)
         reply: tuple[Any, ...] = ("skip",)
         if self.rank < size:
             worker.set_phase(label)
             try:
-                reply = ("ok", worker.run_here(fn, args, kwargs, self._subgroups[size]))
+                group = worker.GROUPS[first] if size < self.world_size else None
+                reply = ("ok", worker.run_here(fn, args, kwargs, group))
             except Exception as exc:  # every rank must still reach the gather below
                 reply = ("err", f"{type(exc).__name__}: {exc}", traceback.format_exc())
             self._broken = worker.destroyed(self.rank, TORCHRUN_DESTROYED)

@@ -2,10 +2,11 @@
 (the user's ``parallelize(model, mesh)``, or the built-in TP plan and FSDP2 on ``dp``), and
 the collectives of a step counted by mesh dimension (torch).
 
-The mesh's groups are made with ``new_group(..., use_local_synchronization=True)``: only
-the members of a group take part in making it, so a mesh on the first k ranks of the pool
-leaves the other ranks' group counters as they were, and each group is made once per rank
-process (cached by its ranks) however many tests use it.
+The mesh's groups are those every rank of the pool made before the call
+(:func:`pytest_distperf.rank.worker.make_groups`: torch names a group by what its rank made
+before, so all ranks make the same groups in the same order); each is made once per rank
+process however many tests use it.  A group made nowhere before (code that calls
+:func:`device_mesh` itself) is made by its members alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pytest_distperf.common.layout import Layout, dimension_of
 from pytest_distperf.common.names import canonical_collective
 from pytest_distperf.records import DimComm
 
-_GROUPS: dict[tuple[int, ...], Any] = {}
 _MESHES: dict[tuple[Layout, str, int], Any] = {}
 #: Namespaces of the dispatcher's collective ops: c10d's own (FSDP2, DDP, send/recv) and
 #: the functional ones DTensor issues.
@@ -55,11 +55,13 @@ def _group(ranks: tuple[int, ...]) -> Any:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    from pytest_distperf.rank.worker import GROUPS
+
     if list(ranks) == list(range(dist.get_world_size())):
         return c10d._get_default_group()
-    if ranks not in _GROUPS:
-        _GROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
-    return _GROUPS[ranks]
+    if ranks not in GROUPS:
+        GROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
+    return GROUPS[ranks]
 
 
 def parallelized(model: Any, mesh: Any, parallelize: Callable[[Any, Any], Any] | None,

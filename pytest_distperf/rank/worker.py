@@ -6,7 +6,7 @@ environment and the thread limits first.  Knows nothing of pytest.
 
 Protocol (cloudpickled tuples over a duplex pipe):
   controller -> rank: ("call", call_id, payload, group_size, label, sys_path | None)
-                      ("subgroup", call_id, size)
+                      ("groups", call_id, ((rank, ...), ...))
                       ("stop",)
   rank -> controller: ("ready", info) once after init
                       ("ok", call_id, result) | ("err", call_id, summary, traceback_text)
@@ -186,7 +186,6 @@ def _serve(conn: Any, rank: int, world_size: int) -> None:
     """The command loop (see the protocol in the module's docstring)."""
     import torch.distributed as dist
 
-    subgroups: dict[int, Any] = {world_size: None}
     while True:
         try:
             message = cloudpickle.loads(conn.recv_bytes())
@@ -195,19 +194,16 @@ def _serve(conn: Any, rank: int, world_size: int) -> None:
         kind = message[0]
         if kind == "stop":
             break
-        if kind == "subgroup":
-            _, call_id, size = message
-            set_phase(f"creating the subgroup of ranks 0..{size - 1}")
-            reply = _guarded(call_id, functools.partial(dist.new_group, list(range(size))))
-            if reply[0] == "ok":
-                subgroups[size] = reply[2]
-                reply = ("ok", call_id, None)
+        if kind == "groups":
+            _, call_id, wanted = message
+            set_phase(f"creating the process groups {', '.join(map(str, wanted))}")
+            reply = _guarded(call_id, functools.partial(make_groups, wanted))
         else:
             _, call_id, payload, size, label, sys_path = message
             if sys_path is not None:
                 sys.path[:] = sys_path
             set_phase(label)
-            reply = _guarded(call_id, functools.partial(_call, payload, subgroups, size))
+            reply = _guarded(call_id, functools.partial(_call, payload, size, world_size))
             gone = destroyed(rank, "the ranks are restarted for the next test")
             if gone:
                 # This rank can serve no more calls.  Say so, and end: the controller starts
@@ -254,9 +250,25 @@ def _send(conn: Any, reply: tuple[Any, ...], rank: int) -> None:
     conn.send_bytes(data)
 
 
-def _call(payload: bytes, subgroups: dict[int, Any], size: int) -> Any:
+def _call(payload: bytes, size: int, world_size: int) -> Any:
     fn, args, kwargs = cloudpickle.loads(payload)
-    return run_here(fn, args, kwargs, subgroups[size])
+    return run_here(fn, args, kwargs, GROUPS[tuple(range(size))] if size < world_size else None)
+
+
+#: The process groups this rank took part in making, by their ranks: the first k ranks a
+#: test runs on, and the rows of its meshes (:func:`make_groups`).
+GROUPS: dict[tuple[int, ...], Any] = {}
+
+
+def make_groups(wanted: Any) -> None:
+    """Make each group of ``wanted`` (rank tuples) not made yet, in its order, on every rank
+    of the world: torch names a group by what the rank made before, so every rank must make
+    the same groups in the same order, members or not."""
+    import torch.distributed as dist
+
+    for ranks in wanted:
+        if tuple(ranks) not in GROUPS:
+            GROUPS[tuple(ranks)] = dist.new_group(list(ranks))
 
 
 def run_here(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], group: Any) -> Any:
