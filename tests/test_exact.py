@@ -266,11 +266,17 @@ def test_an_explanation_names_what_the_test_asked_for_differently() -> None:
     layout = [Verdict("mesh.dp", INFO, baseline=2, current=1),
               Verdict("mesh.tp", INFO, baseline=2, current=4),
               Verdict("comm.dp.all_gather.calls", bl.IMPROVED, baseline=5, current=0,
-                      kind=EXACT)]
+                      kind=EXACT),
+              Verdict("comm.dp.reduce_scatter.calls", bl.UNCHANGED, baseline=3, current=3,
+                      kind=EXACT),
+              Verdict("comm.dp.reduce_scatter.bytes", bl.REGRESSED, baseline=1024,
+                      current=2048, kind=EXACT)]
     out = {v.metric: v for v in explain([step, *layout], dict.fromkeys(
         ["step_time_s", *(v.metric for v in layout)], "L"), 0.1)}
+    # the layout moved the counts: no guess at a larger model
     assert out["step_time_s"].explanation == (
-        "mesh dp 2 -> 1, tp 2 -> 4; dp.all_gather: no longer issued (was 5 call(s)/step)")
+        "mesh dp 2 -> 1, tp 2 -> 4; dp.all_gather: no longer issued (was 5 call(s)/step); "
+        "dp.reduce_scatter bytes/step 1 KiB -> 2 KiB (+100.0%), calls unchanged")
     util = Verdict("pipeline.utilisation", bl.REGRESSED, change=-0.2)
     theory = Verdict("pipeline.bubble_theory", INFO, baseline=0.2,
                      current=1 / 3)

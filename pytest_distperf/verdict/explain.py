@@ -300,10 +300,10 @@ def explain(verdicts: Sequence[Verdict], labels: Mapping[str, str],
 
 
 def _describe(v: Verdict, others: Sequence[Verdict], tolerance: float) -> list[str]:
-    layout = setup_changes(others)
+    layout = setup_changes(others)  # then the counts moved with it: no guess at a cause
     if v.kind == EXACT:
-        return layout + comm_changes([v, *others], only=_op_of(v.metric))
-    parts = layout + comm_changes(others)
+        return layout + comm_changes([v, *others], only=_op_of(v.metric), guess=not layout)
+    parts = layout + comm_changes(others, guess=not layout)
     if not parts and any(w.kind == EXACT for w in others):
         parts = ["collective calls and bytes unchanged"]
     phases = phase_changes(others, tolerance)
@@ -337,9 +337,10 @@ def _op_of(name: str) -> str | None:
     return "buckets" if _BUCKETS.search(name) else None
 
 
-def comm_changes(verdicts: Sequence[Verdict], only: str | None = None) -> list[str]:
+def comm_changes(verdicts: Sequence[Verdict], only: str | None = None,
+                 guess: bool = True) -> list[str]:
     """One phrase per collective whose calls or bytes per step changed (``only``: that one
-    collective, or ``"buckets"``)."""
+    collective, or ``"buckets"``), with a guess at the cause unless ``guess`` is false."""
     ops: dict[str, dict[str, Verdict]] = {}
     buckets = None
     for v in verdicts:
@@ -350,8 +351,8 @@ def comm_changes(verdicts: Sequence[Verdict], only: str | None = None) -> list[s
             ops.setdefault(match["op"], {})[match["what"]] = v
         elif _BUCKETS.search(v.metric):
             buckets = v
-    parts = [text for op, pair in ops.items() if only in (None, op)
-             for text in [_op_change(op, pair.get("calls"), pair.get("bytes"))] if text]
+    parts = [text + (hint if guess else "") for op, pair in ops.items() if only in (None, op)
+             for text, hint in [_op_change(op, pair.get("calls"), pair.get("bytes"))] if text]
     if buckets is not None and only in (None, "buckets") and _moved(buckets):
         parts.append(f"gradient buckets/step {_n(buckets.baseline)} -> {_n(buckets.current)}"
                      + (": smaller buckets (bucket_cap_mb)?"
@@ -363,9 +364,10 @@ def _moved(v: Verdict | None) -> bool:
     return v is not None and v.verdict in (REGRESSED, IMPROVED)
 
 
-def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
+def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> tuple[str, str]:
+    """What changed of one collective, and a guess at why (``": a larger model?"``)."""
     if not _moved(calls) and not _moved(nbytes):
-        return ""
+        return "", ""
     c0, c1 = _values(calls)
     b0, b1 = _values(nbytes)
     # ddp_step_timer counts per step (unit "calls/step"); dist_profiler per profiled call
@@ -373,35 +375,34 @@ def _op_change(op: str, calls: Verdict | None, nbytes: Verdict | None) -> str:
     per, where = ((" per profiled call", "call") if unit in ("calls", "B")
                   else ("/step", "step"))
     if calls is not None and c0 == 0:
-        return f"{op}: new, {_n(c1)} call(s){per}" + (
+        return f"{op}: new, {_n(c1)} call(s){per}", (
             f": an extra barrier in the {where}?" if op == "barrier" else
             f": a new collective in the {where}?")
     if calls is not None and c1 == 0:
-        return f"{op}: no longer issued (was {_n(c0)} call(s){per})"
+        return f"{op}: no longer issued (was {_n(c0)} call(s){per})", ""
     if _moved(calls) and not _moved(nbytes):
         text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}"
-        if nbytes is not None:
-            text += ", bytes unchanged"
-            if c1 > c0:
-                text += (": smaller gradient buckets (bucket_cap_mb)?" if op == "all_reduce"
-                         else ": the same data in more, smaller messages?")
-        return text
+        if nbytes is None:
+            return text, ""
+        return text + ", bytes unchanged", (
+            "" if c1 <= c0 else ": smaller gradient buckets (bucket_cap_mb)?"
+            if op == "all_reduce" else ": the same data in more, smaller messages?")
     size = f"bytes{per} {format_bytes(b0)} -> {format_bytes(b1)}"
     if b0:
         size += f" ({(b1 - b0) / b0:+.1%})"
     if not _moved(calls):
-        return (f"{op} {size}, calls unchanged: "
-                + ("more data per call (a larger model?)" if b1 > b0 else
-                   "less data per call (a smaller model, or compression?)"))
+        return f"{op} {size}, calls unchanged", (
+            ": more data per call (a larger model?)" if b1 > b0 else
+            ": less data per call (a smaller model, or compression?)")
     text = f"{op} calls{per} {_n(c0)} -> {_n(c1)}, {size}"
     if c1 > c0 and b0 and 0 < (b1 - b0) / b0 < _SMALL_EXTRA:
-        text += (f": a small extra message per {where} (find_unused_parameters' "
-                 "used-parameter map? a new all_reduce of a scalar?)" if op == "all_reduce"
-                 else f": a small extra message per {where}")
-    elif c1 > c0 and b1 > b0:
-        text += (f": more data in more calls (a larger model, or a new collective in the "
-                 f"{where}?)")
-    return text
+        return text, (f": a small extra message per {where} (find_unused_parameters' "
+                      "used-parameter map? a new all_reduce of a scalar?)"
+                      if op == "all_reduce" else f": a small extra message per {where}")
+    if c1 > c0 and b1 > b0:
+        return text, (f": more data in more calls (a larger model, or a new collective in "
+                      f"the {where}?)")
+    return text, ""
 
 
 def _values(v: Verdict | None) -> tuple[float, float]:
