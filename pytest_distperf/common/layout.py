@@ -62,18 +62,21 @@ def counted_once(layout: Layout, rank: int) -> bool:
 
 def dimension_of(layout: Layout, ranks: tuple[int, ...]) -> str:
     """The dimension a process group of ``ranks`` runs along: the one whose group these
-    ranks are (they vary over all of it and agree on every other coordinate); ``other``
-    for any other group (the whole mesh of a 2-D layout, a flattened pair of dimensions)."""
+    ranks are (they vary over all of it and agree on every other coordinate).  A group over
+    several whole dimensions (a flattened mesh, or all of it) is ``dp`` where they are all
+    data-parallel (torchtitan's flattened ``dp``), else their names joined (``dp_shard_cp``,
+    ``dp_tp``); any other group is ``other``."""
     members = sorted(set(ranks))
-    total = 1
-    for _, size in layout:
-        total *= size
-    if not members or members[-1] >= total:
+    if not members or members[-1] >= math.prod(size for _, size in layout):
         return OTHER_DIM
     where = [coordinates(layout, r) for r in members]
-    for name, size in layout:
-        others = {tuple(c[n] for n, _ in layout if n != name) for c in where}
-        if len(members) == size and len(others) == 1 and {c[name] for c in where} == set(
-                range(size)):
-            return name
-    return OTHER_DIM
+    spans = [(name, size) for name, size in layout if len({c[name] for c in where}) > 1]
+    if not spans:  # one rank: the group of a dimension of size 1
+        return next((name for name, size in layout if size == 1), OTHER_DIM)
+    if len(members) != math.prod(size for _, size in spans) or any(
+            len({c[name] for c in where}) != size for name, size in spans):
+        return OTHER_DIM
+    names = [name for name, _ in spans]
+    if len(names) > 1 and not set(names) & MODEL_DIMS:
+        return "dp"
+    return "_".join(names)
