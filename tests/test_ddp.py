@@ -259,6 +259,11 @@ def test_refusals(ddp_step_timer):
         ddp_step_timer(Sleepy, batch, mesh={"dp": 2, "tp": 3}, tp_plan={}, wrapper="fsdp")
     with pytest.raises(TypeError, match="train_context must be a callable"):
         ddp_step_timer(Sleepy, batch, train_context=object())
+    with pytest.raises(TypeError, match="target_fn= gives the loss a target, but no loss_fn"):
+        ddp_step_timer(Sleepy, batch, target_fn=batch)
+    with pytest.raises(ValueError, match="target_fn= and batch_shares= do not go together"):
+        ddp_step_timer(Sleepy, batch, target_fn=batch, loss_fn=lambda o, t: o.sum(),
+                       batch_shares="auto")
     with pytest.raises(ValueError, match="wrapper must be one of ddp, fsdp"):
         ddp_step_timer(Sleepy, batch, wrapper="zero")
     with pytest.raises(ValueError, match="mode must be one of weak, strong"):
@@ -526,8 +531,8 @@ def test_flops_achieved_and_mfu() -> None:
 
 def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None:
     torch = pytest.importorskip("torch")
-    from pytest_distperf.rank.ddp import takes_module
     from pytest_distperf.rank.fsdp import shard_targets, split_tied
+    from pytest_distperf.rank.inputs import takes_module
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:

@@ -95,12 +95,15 @@ def test_a_collective_dtensor_issues_inside_an_op(ddp_step_timer):
 def test_a_vocabulary_sharded_loss_in_its_train_context(ddp_step_timer):
     from torch.distributed.tensor.parallel import loss_parallel
 
-    def cross_entropy(logits):  # its backward needs loss_parallel too: outside loss_fn
-        return torch.nn.functional.cross_entropy(logits, torch.zeros(ROWS, dtype=torch.long))
+    def labels(index):  # the target of the TP group's batch
+        assert index == 0
+        return torch.arange(ROWS) % HIDDEN
 
+    # the cross-entropy's backward needs loss_parallel too: it runs outside loss_fn
     t = ddp_step_timer(lambda: torch.nn.Sequential(torch.nn.Linear(WIDTH, HIDDEN)), batch,
                        mesh={"tp": 2}, tp_plan={"0": ColwiseParallel(use_local_output=False)},
-                       loss_fn=cross_entropy, train_context=loss_parallel, name="lp", **RUN)
+                       loss_fn=torch.nn.functional.cross_entropy, target_fn=labels,
+                       train_context=loss_parallel, name="lp", **RUN)
     assert ("tp", "all_reduce") in counts(t)  # the softmax's statistics, not the logits
     assert ("tp", "all_gather") not in counts(t)
     print("BODY-OK loss_parallel")

@@ -10,6 +10,8 @@ controller sends them work through the pool (:mod:`pytest_distperf.pool`) and ge
   barrier-aligned timing loop with its host-speed control;
 * :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;
 * :mod:`~pytest_distperf.rank.ddp`: build, wrap and time training steps;
+* :mod:`~pytest_distperf.rank.inputs`: what a step is fed: its batch, the loss's target, the
+  default loss;
 * :mod:`~pytest_distperf.rank.shares`: ``batch_shares``: this rank's rows, its loss's weight,
   the calibration of ``"auto"``;
 * :mod:`~pytest_distperf.rank.fsdp`: which blocks FSDP2 shards (tied weights, blocks

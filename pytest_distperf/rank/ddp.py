@@ -27,6 +27,7 @@ from pytest_distperf.common.intervals import union_length
 from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.common.shares import AUTO
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
+from pytest_distperf.rank.inputs import default_loss, prepare_batch, takes_module, target_of
 from pytest_distperf.rank.shares import CALIBRATION_STEPS, Feed, calibrate
 from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, CommCall, DimComm, RankStep
@@ -44,7 +45,7 @@ class StepSpec:
     batch_fn: Callable[[int], Any]
     steps: int = 20
     warmup: int = 3
-    loss_fn: Callable[[Any], Any] | None = None
+    loss_fn: Callable[..., Any] | None = None
     wrapper: str = "ddp"
     optimizer_fn: Callable[[Any], Any] | None = None
     wrapper_kwargs: dict[str, Any] | None = None
@@ -73,6 +74,8 @@ class StepSpec:
     #: a context-manager factory entered around each step's forward, loss and backward
     #: (torchtitan's ``train_context``: ``loss_parallel`` for a vocabulary-sharded loss)
     train_context: Callable[[], Any] | None = None
+    #: (data index) -> the loss's target: the loss is then ``loss_fn(output, target)``
+    target_fn: Callable[[int], Any] | None = None
 
 
 class _BucketTimer:
@@ -200,12 +203,13 @@ def build(spec: StepSpec) -> Built:
         optimizer = spec.optimizer_fn(wrapped)
     else:
         optimizer = spec.optimizer_fn(params)
-    loss_fn = spec.loss_fn or default_loss
+    loss_fn: Callable[..., Any] = spec.loss_fn or default_loss
+    target = None if spec.target_fn is None else target_of(spec.target_fn, which, device)
 
     def forward() -> Any:
         batch = feed.batch
         out = wrapped(*batch) if isinstance(batch, tuple) else wrapped(batch)
-        loss = loss_fn(out)
+        loss = loss_fn(out) if target is None else loss_fn(out, target)
         return loss * feed.weight if feed.weight != 1.0 else loss
 
     return Built(wrapped, no_sync, optimizer, forward, feed, clock, timer, spec.mesh,
@@ -408,52 +412,6 @@ def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, s
         capacity = int(torch.cuda.get_device_properties(clock.device).total_memory)
         return peak, capacity, "cuda_max_allocated"
     return peak_rss, _host_memory_share(world), "rss"
-
-
-def default_loss(output: Any) -> Any:
-    import torch
-
-    if not isinstance(output, torch.Tensor):
-        raise TypeError(f"ddp_step_timer: the model returned {type(output).__name__}, not a "
-                        f"tensor; pass loss_fn= to turn it into a scalar loss")
-    return output.sum()
-
-
-def prepare_batch(batch: Any, device: Any, rank: int, world: int,
-                   split: bool) -> tuple[Any, int]:
-    """The batch on ``device`` (a tensor, or a tuple for ``model(*batch)``) and its size."""
-    import torch
-
-    items = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-    if not items or not all(isinstance(t, torch.Tensor) for t in items):
-        kinds = ", ".join(type(t).__name__ for t in items) or "nothing"
-        raise TypeError(f"ddp_step_timer: batch_fn(rank) must return a tensor or a tuple of "
-                        f"tensors, got {kinds}")
-    if split:
-        short = [tuple(t.shape) for t in items if t.dim() == 0 or t.shape[0] < world]
-        if short:
-            raise ValueError(f"ddp_step_timer.scaling(mode='strong'): the global batch is split "
-                             f"over {world} ranks along dim 0, but batch_fn returned shapes "
-                             f"{short} with fewer than {world} rows")
-        items = tuple(t.tensor_split(world)[rank] for t in items)
-    items = tuple(t.to(device) for t in items)
-    size = int(items[0].shape[0]) if items[0].dim() > 0 else 1
-    if isinstance(batch, (tuple, list)):
-        return items, size
-    return items[0], size
-
-
-def takes_module(fn: Callable[..., Any]) -> bool:
-    """Whether ``optimizer_fn`` wants the module (its first parameter is named ``model`` or
-    ``module``, as in ``lambda model: model.configure_optimizers(...)``) rather than the
-    parameters."""
-    import inspect
-
-    try:
-        first = next(iter(inspect.signature(fn).parameters), "")
-    except (TypeError, ValueError):
-        return False
-    return first in ("model", "module")
 
 
 def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],

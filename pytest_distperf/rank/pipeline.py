@@ -183,7 +183,7 @@ def _inputs(spec: PipelineSpec, device: Any) -> tuple[tuple[Any, ...], Any, int]
     import torch
     import torch.distributed as dist
 
-    from pytest_distperf.rank.ddp import prepare_batch
+    from pytest_distperf.rank.inputs import prepare_batch
 
     rank = dist.get_rank()
     index = data_index(spec.mesh, rank)
@@ -206,7 +206,7 @@ def _inputs(spec: PipelineSpec, device: Any) -> tuple[tuple[Any, ...], Any, int]
 def _loss(spec: PipelineSpec) -> Callable[[Any, Any], Any]:
     """The schedule's ``loss_fn(output, target)``: the user's, or ``loss_fn(output)``
     without a ``target_fn``."""
-    from pytest_distperf.rank.ddp import default_loss
+    from pytest_distperf.rank.inputs import default_loss
 
     if spec.target_fn is not None and spec.loss_fn is not None:
         return spec.loss_fn
@@ -223,7 +223,7 @@ def _build(spec: PipelineSpec) -> _Pipeline:
         get_schedule_class,
     )
 
-    from pytest_distperf.rank.ddp import takes_module
+    from pytest_distperf.rank.inputs import takes_module
     from pytest_distperf.rank.mesh import device_mesh
 
     device = rank_device()
