@@ -454,10 +454,9 @@ Chunk = tuple[str, int, int, float, float]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RankPipeline:
-    """What one rank measured in ``ddp_step_timer.pipeline``: per timed step, seconds.
-    Every step starts at a barrier; ``schedule_s`` is the schedule's ``step()`` (the
-    pipeline's span on this rank), ``step_s`` that and the optimizer step; ``busy_s`` the
-    time the rank's stages computed (their forward and backward chunks) in it."""
+    """What one rank measured in ``ddp_step_timer.pipeline``, per timed step from a barrier:
+    ``schedule_s`` the schedule's ``step()`` (the pipeline's span on this rank), ``step_s``
+    that and the optimizer step, ``busy_s`` its stages' forward and backward chunks."""
 
     rank: int
     stages: tuple[int, ...]  # the stage indices this rank holds (several: interleaved)
@@ -476,6 +475,7 @@ class RankPipeline:
     device: str = ""
     flops: int = 0  # of one counted step on this rank (0: not counted)
     mesh_comm: tuple[DimComm, ...] = ()  # of the counted step, by mesh dimension
+    counted_step_s: float = 0.0  # the counted step's seconds on this rank
 
 
 # -- dist_profiler: merged multi-rank traces and what they show ------------------------------

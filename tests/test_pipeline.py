@@ -247,3 +247,19 @@ def test_a_profiles_stage_chunks_are_read_from_their_labels() -> None:
               ("Forward 0", "user_annotation", 9.0, 21.0)]  # torch's own GPipe label
     assert stage_chunks(events) == (("forward", 1, 0, 10.0, 20.0),
                                     ("backward", 1, 3, 50.0, 60.0))
+
+
+def test_a_pipeline_with_tp_has_its_tp_communication_share() -> None:
+    """pp x tp: the TP collectives' blocked share of the counted step, gated and shown per
+    dimension as for a step on a mesh (each rank against its own counted step)."""
+    layout = (("pp", 2), ("tp", 2))
+    ranks = [dataclasses.replace(rank(r, 0.4, 0.5, stages=(r // 2,)), counted_step_s=1.0,
+                                 mesh_comm=(DimComm("tp", "all_reduce", 8, 4096, 0.5),))
+             for r in range(4)]
+    t = analysed(ranks, layout=layout)
+    assert t.tp_comm_share == pytest.approx(0.5)
+    assert t.exposed_comm_by_dim["tp"] == pytest.approx(0.5 * t.step_time_s)
+    assert [b.kind for b in t.bottlenecks] == ["tp_communication"]  # past the 0.40 limit
+    share = {m.name: m for m in pipeline_metrics(t)}["tp_comm_share"]
+    assert share.threshold == "max_tp_comm_share" and share.value == pytest.approx(0.5)
+    assert analysed([rank(0, 0.4, 0.5), rank(1, 0.4, 0.5)]).tp_comm_share is None  # no tp

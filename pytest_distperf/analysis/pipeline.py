@@ -20,8 +20,17 @@ import math
 from collections.abc import Mapping, Sequence
 
 from pytest_distperf.analysis.analyzer import per_step_max
-from pytest_distperf.analysis.findings import pipeline_bottlenecks, recommendations
-from pytest_distperf.analysis.mesh import dimension_counts, flops_per_step, samples_per_step
+from pytest_distperf.analysis.findings import (
+    pipeline_bottlenecks,
+    recommendations,
+    tp_bottlenecks,
+)
+from pytest_distperf.analysis.mesh import (
+    blocked_share,
+    dimension_counts,
+    flops_per_step,
+    samples_per_step,
+)
 from pytest_distperf.common.layout import Layout, coordinates
 from pytest_distperf.common.quantiles import median
 from pytest_distperf.config import resolve_thresholds
@@ -178,6 +187,9 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
         needed=microbatches_for(p, lim["min_pipeline_utilisation"], virtual),
         ranks=tuple(s.rank for s in per_stage if s.pp_rank == slowest),
         exposed_s=exposed_s)
+    counts = dimension_counts([r.mesh_comm for r in ranks], layout)
+    share = blocked_share([(r.mesh_comm, r.counted_step_s) for r in ranks], "tp")
+    found += tp_bottlenecks(share, step_time, [c for c in counts if c.group == "tp"], lim)
     return PipelineTiming(
         world_size=len(ranks), mesh=layout, schedule=schedule, microbatches=microbatches,
         virtual=virtual, steps=len(steps), step_time_s=step_time,
@@ -187,7 +199,7 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
         excess_bubble=bubble - theory, stage_ratio=_ratio(busy[slowest][0], busy[fastest][0]),
         stage_imbalance=imbalance, slowest_stage=slowest, per_stage=per_stage,
         bottlenecks=found, recommendations=recommendations(found),
-        mesh_counts=dimension_counts([r.mesh_comm for r in ranks], layout),
+        mesh_counts=counts, tp_comm_share=share,
         flops_per_step=flops_per_step([(r.rank, r.flops) for r in ranks]),
         samples={"step_s": steps, "schedule_s": spans, "bubble": tuple(bubbles),
                  "utilisation": tuple(1.0 - b for b in bubbles),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -278,9 +279,10 @@ def _step(pipe: _Pipeline, what: str) -> tuple[float, float, list[Chunk]]:
     return clock.seconds(t0, t1), clock.seconds(t0, t2), chunks
 
 
-def _counted_step(pipe: _Pipeline) -> tuple[int, tuple[DimComm, ...]]:
-    """One more step, untimed, under the flop counter and the collective counter: this
-    rank's FLOPs (0 where the counter cannot follow) and collectives by mesh dimension."""
+def _counted_step(pipe: _Pipeline) -> tuple[int, tuple[DimComm, ...], float]:
+    """One more step under the flop counter and the collective counter: this rank's FLOPs
+    (0 where the counter cannot follow), collectives by mesh dimension (with the seconds
+    blocked in them, on CPU ranks) and the step's seconds."""
     import torch.distributed as dist
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -288,17 +290,20 @@ def _counted_step(pipe: _Pipeline) -> tuple[int, tuple[DimComm, ...]]:
 
     set_phase("ddp_step_timer.pipeline: counting collectives and FLOPs (one more step)")
     dist.barrier()
-    flops, by_dim = FlopCounterMode(display=False), comm_counter(pipe.layout)
+    flops = FlopCounterMode(display=False)
+    by_dim = comm_counter(pipe.layout, timed=not pipe.clock.on_cuda)
     with eager(), flops, by_dim:  # in this order: a TP rank counts the FLOPs of its shard
+        start = time.perf_counter()
         pipe.run()
         pipe.optimizer.step()
         pipe.optimizer.zero_grad(set_to_none=True)
-    pipe.clock.synchronize()
+        pipe.clock.synchronize()
+        seconds = time.perf_counter() - start
     try:
         total = int(flops.get_total_flops())
     except Exception:  # a model the counter cannot follow: the FLOPs stay unknown
         total = 0
-    return total, by_dim.result()
+    return total, by_dim.result(), seconds
 
 
 def blocks_of(module: Any) -> int:
@@ -344,7 +349,8 @@ def _measure(spec: PipelineSpec) -> RankPipeline:
             check.run(f"{name}: host-speed control {k + 1}/{spec.steps}")
         peak_rss = max(peak_rss, rss_bytes())
     peak, _, source = memory_figures(pipe.clock, peak_rss, dist.get_world_size())
-    flops, mesh_comm = _counted_step(pipe) if spec.count_collectives else (0, ())
+    flops, mesh_comm, counted_s = (_counted_step(pipe) if spec.count_collectives
+                                   else (0, (), 0.0))
     return RankPipeline(
         rank=dist.get_rank(), stages=tuple(pipe.indices),
         blocks=tuple(blocks_of(m) for m in pipe.modules), batch_size=pipe.batch_size,
@@ -353,4 +359,4 @@ def _measure(spec: PipelineSpec) -> RankPipeline:
         control_s=tuple(check.compute_s) if check is not None else (),
         memory_control_s=tuple(check.memory_s) if check is not None else (),
         peak_memory_bytes=peak, memory_source=source, device=str(pipe.clock.device),
-        flops=flops, mesh_comm=mesh_comm)
+        flops=flops, mesh_comm=mesh_comm, counted_step_s=counted_s)
