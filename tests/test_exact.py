@@ -263,8 +263,10 @@ def test_an_explanation_names_what_the_test_asked_for_differently() -> None:
     """A mesh or a schedule changed since the save: the counts moved because the layout
     did (informational metrics, which fail nothing themselves)."""
     step = Verdict("step_time_s", bl.REGRESSED, change=0.4)
-    layout = [Verdict("mesh.dp", INFO, baseline=2, current=1),
-              Verdict("mesh.tp", INFO, baseline=2, current=4),
+    layout = [Verdict("mesh.dp", INFO, unit="ranks", baseline=2, current=1),
+              Verdict("mesh.tp", INFO, unit="ranks", baseline=2, current=4),
+              Verdict("mesh.pp", INFO, unit="ranks", baseline=None, current=2),  # an older
+              # baseline, saved before the layout was recorded, says nothing of it
               Verdict("comm.dp.all_gather.calls", bl.IMPROVED, baseline=5, current=0,
                       kind=EXACT),
               Verdict("comm.dp.reduce_scatter.calls", bl.UNCHANGED, baseline=3, current=3,
@@ -284,3 +286,9 @@ def test_an_explanation_names_what_the_test_asked_for_differently() -> None:
         [util.metric, theory.metric], "P"), 0.1)}
     assert out[util.metric].explanation == (
         "the schedule's bubble in theory 0.200 -> 0.333 (microbatches or stages changed)")
+    # a test that names its measurement "mesh": its metrics are no layout
+    named = [Verdict("mesh.step_time_s", bl.REGRESSED, change=0.4, baseline=0.1, current=0.2),
+             Verdict("mesh.exposed_comm_s", INFO, unit="s", baseline=0.01, current=0.02)]
+    out = {v.metric: v for v in explain(named, dict.fromkeys([v.metric for v in named], "M"),
+                                        0.1)}
+    assert not out["mesh.step_time_s"].explanation.startswith("mesh")

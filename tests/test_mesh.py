@@ -73,6 +73,7 @@ def test_which_batch_a_rank_trains_on(layout: tuple[tuple[str, int], ...], indic
     (DP_TP, (0, 1, 2, 3), "dp_tp"),  # the whole 2-D mesh: both dimensions' names
     ((("dp_replicate", 2), ("dp_shard", 2)), (0, 1, 2, 3), "dp"),  # torchtitan's flattened dp
     ((("dp_shard", 2), ("cp", 2), ("tp", 2)), (0, 2, 4, 6), "dp_shard_cp"),
+    ((("dp", 2), ("dp_shard", 2)), (0, 1, 2, 3), "dp_dp_shard"),  # 'dp' is taken
     (DP_TP, (0, 3), "other"), (DP_TP, (0, 1, 2), "other"), (DP_TP, (4, 5), "other"),
     (PP, (0, 1, 2, 3), "pp"),  # a 1-D mesh: the world group is its dimension's
     ((("dp", 4), ("tp", 1)), (2,), "tp"),  # a TP group of one rank

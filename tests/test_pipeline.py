@@ -142,6 +142,7 @@ def test_metrics_round_trip_and_validate() -> None:
      "in 2 equal rounds .* use a multiple of 2: microbatches=4 or 6"),
     ({"mesh": {"pp": 2, "tp": 2}}, "has a 'tp' dimension but nothing uses it; pass "
                                    "parallelize="),
+    ({"mesh": {"pp": 2, "dp_shard": 2}}, "nothing uses 'dp_shard'"),  # no gradient sync
 ])
 def test_a_pipeline_is_checked_before_any_rank_is_busy(kwargs: dict[str, object],
                                                        match: str) -> None:
@@ -157,6 +158,9 @@ def test_a_pipeline_is_checked_before_any_rank_is_busy(kwargs: dict[str, object]
                 virtual_stages=None, world_size=2).microbatches == 3
     assert plan(print, print, schedule="1F1B", microbatches=2, mesh={"pp": 2, "tp": 2},
                 virtual_stages=None, world_size=4, parallelize=print).mesh == (*PP2, ("tp", 2))
+    # a dimension of size 1 needs no wrapper
+    assert plan(print, print, schedule="GPipe", microbatches=2, mesh={"pp": 2, "dp_shard": 1},
+                virtual_stages=None, world_size=2).mesh == (*PP2, ("dp_shard", 1))
 
 
 def loss(output: object, target: object) -> object:

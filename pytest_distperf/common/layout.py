@@ -64,8 +64,8 @@ def dimension_of(layout: Layout, ranks: tuple[int, ...]) -> str:
     """The dimension a process group of ``ranks`` runs along: the one whose group these
     ranks are (they vary over all of it and agree on every other coordinate).  A group over
     several whole dimensions (a flattened mesh, or all of it) is ``dp`` where they are all
-    data-parallel (torchtitan's flattened ``dp``), else their names joined (``dp_shard_cp``,
-    ``dp_tp``); any other group is ``other``."""
+    data-parallel and no dimension is called so (torchtitan's flattened ``dp``), else their
+    names joined (``dp_shard_cp``, ``dp_tp``); any other group is ``other``."""
     members = sorted(set(ranks))
     if not members or members[-1] >= math.prod(size for _, size in layout):
         return OTHER_DIM
@@ -77,6 +77,6 @@ def dimension_of(layout: Layout, ranks: tuple[int, ...]) -> str:
             len({c[name] for c in where}) != size for name, size in spans):
         return OTHER_DIM
     names = [name for name, _ in spans]
-    if len(names) > 1 and not set(names) & MODEL_DIMS:
+    if len(names) > 1 and not set(names) & MODEL_DIMS and "dp" not in dict(layout):
         return "dp"
     return "_".join(names)

@@ -303,6 +303,19 @@ class RankPool:
         self.start()
 
     # -- calls ----------------------------------------------------------------------------
+    def _make_groups(self, wanted: tuple[tuple[int, ...], ...]) -> None:
+        """Every rank makes ``wanted``, in order; a failure leaves the ranks with different
+        groups, so the pool is closed and the next call starts a fresh one."""
+        call_id = self._new_id()
+        self._send(range(self.world_size), ("groups", call_id, wanted))
+        try:
+            self._gather(list(range(self.world_size)), call_id, self.timeout_s,
+                         f"creating the process groups {', '.join(map(str, wanted))}")
+        except RankError:
+            self.close()
+            raise
+        self._groups.update(wanted)
+
     def execute(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], size: int, label: str,
         timeout_s: float | None = None, groups: tuple[tuple[int, ...], ...] = (),
@@ -325,11 +338,7 @@ class RankPool:
             wanted = [g for g in ((tuple(range(size)),) if size < self.world_size else ())
                       + groups if g not in self._groups]
             if wanted:
-                call_id = self._new_id()
-                self._send(range(self.world_size), ("groups", call_id, tuple(wanted)))
-                self._gather(list(range(self.world_size)), call_id, self.timeout_s,
-                             f"creating the process groups {', '.join(map(str, wanted))}")
-                self._groups.update(wanted)
+                self._make_groups(tuple(wanted))
             sys_path = list(sys.path)
             shipped = None if sys_path == self._sys_path_sent else sys_path
             self._sys_path_sent = sys_path

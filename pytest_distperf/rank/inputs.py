@@ -53,12 +53,13 @@ def takes_module(fn: Callable[..., Any]) -> bool:
     return first in ("model", "module")
 
 
-def target_of(target_fn: Callable[[int], Any], index: int, device: Any) -> Any:
-    """``target_fn(index)`` on ``device``, checked to be a tensor."""
+def target_of(target_fn: Callable[[int], Any], index: int, device: Any,
+              who: str = "ddp_step_timer") -> Any:
+    """``target_fn(index)`` on ``device``, checked to be a tensor (``who``: the fixture)."""
     import torch
 
     target = target_fn(index)
     if not isinstance(target, torch.Tensor):
-        raise TypeError(f"ddp_step_timer: target_fn({index}) must return a tensor, got "
+        raise TypeError(f"{who}: target_fn({index}) must return a tensor, got "
                         f"{type(target).__name__}")
     return target.to(device)

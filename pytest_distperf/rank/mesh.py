@@ -21,6 +21,7 @@ from pytest_distperf.common.names import canonical_collective
 from pytest_distperf.records import DimComm
 
 _MESHES: dict[tuple[Layout, str, int], Any] = {}
+_MEMBERS_ONLY: dict[tuple[int, ...], Any] = {}  # groups made by their members alone
 #: Namespaces of the dispatcher's collective ops: c10d's own (FSDP2, DDP, send/recv) and
 #: the functional ones DTensor issues.
 COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
@@ -59,9 +60,12 @@ def _group(ranks: tuple[int, ...]) -> Any:
 
     if list(ranks) == list(range(dist.get_world_size())):
         return c10d._get_default_group()
-    if ranks not in GROUPS:
-        GROUPS[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
-    return GROUPS[ranks]
+    if ranks in GROUPS:
+        return GROUPS[ranks]
+    # kept apart from GROUPS, so that make_groups still makes it on every rank if asked
+    if ranks not in _MEMBERS_ONLY:
+        _MEMBERS_ONLY[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
+    return _MEMBERS_ONLY[ranks]
 
 
 def parallelized(model: Any, mesh: Any, parallelize: Callable[[Any, Any], Any] | None,
@@ -192,9 +196,13 @@ def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) ->
     (CPU ranks): the seconds this rank is blocked in each, issuing it and in the
     ``wait_tensor`` of its result (DTensor's collectives; c10d's own are waited on outside
     the dispatcher, so only their issue counts).  ``result()``: the counts as records."""
-    from torch.distributed.tensor import DTensor
     from torch.profiler import record_function
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    try:
+        from torch.distributed.tensor import DTensor as dtensor
+    except ImportError:  # torch < 2.5
+        from torch.distributed._tensor import DTensor as dtensor  # type: ignore[attr-defined]
 
     class CommCounter(TorchDispatchMode):
         def __init__(self) -> None:
@@ -204,8 +212,8 @@ def comm_counter(layout: Layout, *, label: bool = False, timed: bool = False) ->
 
         def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
-            if DTensor in types:  # let DTensor issue its collectives (a redistribution
-                return NotImplemented  # inside an op): they come back here on local tensors
+            if any(issubclass(t, dtensor) for t in types):  # let DTensor issue its
+                return NotImplemented  # collectives: they come back here on local tensors
             kwargs, tally = kwargs or {}, self.tally
             ours = func.namespace in COLLECTIVE_NAMESPACES
             group = _group_of(func, args, kwargs) if ours else None

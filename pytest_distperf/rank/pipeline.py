@@ -184,7 +184,7 @@ def _inputs(spec: PipelineSpec, device: Any) -> tuple[tuple[Any, ...], Any, int]
     import torch
     import torch.distributed as dist
 
-    from pytest_distperf.rank.inputs import prepare_batch
+    from pytest_distperf.rank.inputs import prepare_batch, target_of
 
     rank = dist.get_rank()
     index = data_index(spec.mesh, rank)
@@ -196,12 +196,9 @@ def _inputs(spec: PipelineSpec, device: Any) -> tuple[tuple[Any, ...], Any, int]
               f"batch_fn({index})" + (f"[{k}]" if len(args) > 1 else ""))
     if spec.target_fn is None:  # the schedule needs a target; the loss leaves it out
         return args, torch.zeros(size, device=device), size
-    target = spec.target_fn(index)
-    if not isinstance(target, torch.Tensor):
-        raise TypeError(f"ddp_step_timer.pipeline: target_fn({index}) must return a tensor, "
-                        f"got {type(target).__name__}")
+    target = target_of(spec.target_fn, index, device, "ddp_step_timer.pipeline")
     _rows(target, spec.microbatches, f"target_fn({index})")
-    return args, target.to(device), size
+    return args, target, size
 
 
 def _loss(spec: PipelineSpec) -> Callable[[Any, Any], Any]:
@@ -209,7 +206,8 @@ def _loss(spec: PipelineSpec) -> Callable[[Any, Any], Any]:
     without a ``target_fn``."""
     from pytest_distperf.rank.inputs import default_loss
 
-    if spec.target_fn is not None and spec.loss_fn is not None:
+    if spec.target_fn is not None:
+        assert spec.loss_fn is not None  # plan() refuses a target without a loss_fn
         return spec.loss_fn
     loss_fn = spec.loss_fn or default_loss
     return lambda output, target: loss_fn(output)

@@ -55,13 +55,14 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     if clock.on_cuda:
         activities.append(ProfilerActivity.CUDA)
     result = None
-    counter = None
+    counter, compiled = None, contextlib.nullcontext()  # type: Any, Any
     if layout:
-        from pytest_distperf.rank.mesh import comm_counter
+        from pytest_distperf.rank.mesh import comm_counter, eager
 
-        counter = comm_counter(layout, label=True)
-    with (profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
-                  profile_memory=profile_memory) as prof,
+        # torch.compile does not trace under the counter: compiled code runs eagerly
+        counter, compiled = comm_counter(layout, label=True), eager()
+    with (compiled, profile(activities=activities, record_shapes=record_shapes,
+                            with_stack=with_stack, profile_memory=profile_memory) as prof,
           record_function(PROFILED_REGION), counter or contextlib.nullcontext(),
           _pipeline_labels()):
         for step in range(steps):

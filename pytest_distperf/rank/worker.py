@@ -250,14 +250,14 @@ def _send(conn: Any, reply: tuple[Any, ...], rank: int) -> None:
     conn.send_bytes(data)
 
 
-def _call(payload: bytes, size: int, world_size: int) -> Any:
-    fn, args, kwargs = cloudpickle.loads(payload)
-    return run_here(fn, args, kwargs, GROUPS[tuple(range(size))] if size < world_size else None)
-
-
 #: The process groups this rank took part in making, by their ranks: the first k ranks a
 #: test runs on, and the rows of its meshes (:func:`make_groups`).
 GROUPS: dict[tuple[int, ...], Any] = {}
+
+
+def _call(payload: bytes, size: int, world_size: int) -> Any:
+    fn, args, kwargs = cloudpickle.loads(payload)
+    return run_here(fn, args, kwargs, GROUPS[tuple(range(size))] if size < world_size else None)
 
 
 def make_groups(wanted: Any) -> None:

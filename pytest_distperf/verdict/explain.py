@@ -316,12 +316,12 @@ def setup_changes(verdicts: Sequence[Verdict]) -> list[str]:
     mesh, parts = [], []
     for v in verdicts:
         name = _SUFFIX.sub("", v.metric)
-        match = _MESH.search(name)
-        if (match is None and not name.endswith(_THEORY)) or v.baseline == v.current:
-            continue
+        match = _MESH.search(name) if v.unit == "ranks" else None
+        if ((match is None and not name.endswith(_THEORY)) or v.baseline is None
+                or v.current is None or v.baseline == v.current):
+            continue  # a baseline saved before these metrics were recorded says nothing
         shown = "{:g}" if match is not None else "{:.3f}"
-        was = "none" if v.baseline is None else shown.format(v.baseline)
-        now = "none" if v.current is None else shown.format(v.current)
+        was, now = shown.format(v.baseline), shown.format(v.current)
         if match is not None:
             mesh.append(f"{match['dim']} {was} -> {now}")
         else:
