@@ -438,7 +438,7 @@ class RecordingGroup:
         self.recorded: list[tuple[str, list, object, object]] = []
         self.fresh_ranks: list[bool] = []  # whether each may be re-measured on fresh ranks
 
-    def call(self, fn, args, kwargs, label, world_size=None):  # type: ignore[no-untyped-def]
+    def call(self, fn, args, kwargs, label, world_size=None, groups=()):  # type: ignore[no-untyped-def]
         from pytest_distperf.records import RankStep
 
         size = world_size or self.world_size
