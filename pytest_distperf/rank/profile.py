@@ -55,7 +55,8 @@ def profile_on_rank(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     if clock.on_cuda:
         activities.append(ProfilerActivity.CUDA)
     result = None
-    counter, compiled = None, contextlib.nullcontext()  # type: Any, Any
+    counter: Any = None
+    compiled: Any = contextlib.nullcontext()
     if layout:
         from pytest_distperf.rank.mesh import comm_counter, eager
 
