@@ -126,6 +126,19 @@ def test_a_smaller_group_first(ddp_step_timer):
     assert ddp_step_timer(mlp, batch, world_size=2, **RUN).world_size == 2
 
 
+def makes_a_group():
+    group = dist.new_group([0, 1])
+    total = torch.ones(1)
+    dist.all_reduce(total, group=group)
+    return total.item()
+
+
+@pytest.mark.distperf(world_size=2)
+def test_a_group_made_by_the_code_of_a_test_on_two_ranks(nccl_group):
+    # ranks 2 and 3 made no such group: the meshes below must still build
+    assert nccl_group.run(makes_a_group) == [2.0, 2.0]
+
+
 def test_fsdp_and_tp_on_a_2x2_mesh(ddp_step_timer):
     two_d = ddp_step_timer(mlp, batch, mesh={"dp": 2, "tp": 2}, parallelize=tp_then_fsdp,
                            name="two_d", **RUN)
@@ -187,7 +200,7 @@ def test_fsdp_with_tp_on_a_2x2_mesh_and_a_tp_size_change_explained(
     # tolerance of 100% they are not measured again
     result = pytester.runpytest(*four, "--distperf-tolerance", "1",
                                 f"--distperf-json={report}")
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(["*BODY-OK 2x2*", "*BODY-OK pp x dp*", "*BODY-OK tp size 2*"])
     result.stdout.fnmatch_lines(["FAILED test_four.py::test_tp_size - *"])
     result.stdout.fnmatch_lines(["*what changed with it: mesh dp 4 -> 2, tp 1 -> 2; *"])

@@ -262,13 +262,23 @@ def _call(payload: bytes, size: int, world_size: int) -> Any:
 
 def make_groups(wanted: Any) -> None:
     """Make each group of ``wanted`` (rank tuples) not made yet, in its order, on every rank
-    of the world: torch names a group by what the rank made before, so every rank must make
-    the same groups in the same order, members or not."""
+    of the world: torch names a group by how many its rank made before, so every rank must
+    make the same groups in the same order, members or not, from the same count (code a test
+    ran on some ranks may have made groups there: the ranks agree on the highest count)."""
+    import torch
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
 
-    for ranks in wanted:
-        if tuple(ranks) not in GROUPS:
-            GROUPS[tuple(ranks)] = dist.new_group(list(ranks))
+    from pytest_distperf.rank.clock import rank_device
+
+    todo = [tuple(ranks) for ranks in wanted if tuple(ranks) not in GROUPS]
+    if not todo:
+        return
+    count = torch.tensor([c10d._world.group_count], device=rank_device())
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    c10d._world.group_count = int(count.item())
+    for ranks in todo:
+        GROUPS[ranks] = dist.new_group(list(ranks))
 
 
 def run_here(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], group: Any) -> Any:
