@@ -117,6 +117,16 @@ def test_a_model_compiled_with_fullgraph(ddp_step_timer):
     assert t.flops_per_step == ddp_step_timer(mlp, batch, name="plain", **RUN).flops_per_step
     assert t.flops_per_step > 0 and {c.op for c in t.comm_counts} == {"all_reduce"}
     print("BODY-OK compiled")
+
+
+def test_a_mesh_whose_groups_were_not_made_first_is_refused(nccl_group):
+    # made on the ranks of one row alone, torch would name the next group differently
+    from pytest_distperf.pool.launcher import RankError
+    from pytest_distperf.rank.mesh import device_mesh
+
+    with pytest.raises(RankError, match=r"group of ranks \(0,\) was not made before"):
+        nccl_group.run(device_mesh, (("dp", 1), ("tp", 2)), "cpu")
+    print("BODY-OK groups first")
 '''
 
 FOUR_RANKS = MODELS + r'''
@@ -287,8 +297,9 @@ def test_tensor_parallel_and_its_profile_by_mesh_dimension_on_two_ranks(
     labelled in the trace.  One run, one pool."""
     pytester.makepyfile(test_two=TWO_RANKS, test_prof="import json\n" + PROFILED)
     result = pytester.runpytest("--distperf", "--gpus", "2", *RUN, "-s")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(["*BODY-OK tp*", "*BODY-OK inside an op*",
-                                 "*BODY-OK loss_parallel*", "*BODY-OK compiled*"])
+                                 "*BODY-OK loss_parallel*", "*BODY-OK compiled*",
+                                 "*BODY-OK groups first*"])
     result.stdout.fnmatch_lines(["*BODY-OK profile*", "*profile.comm.tp.all_reduce.calls*"])
     result.stdout.fnmatch_lines(["*BODY-OK pipeline profile*"])

@@ -23,8 +23,9 @@ from pytest_distperf.common.layout import Layout, counted_once
 from pytest_distperf.common.names import canonical_collective
 from pytest_distperf.common.quantiles import median
 from pytest_distperf.config import resolve_thresholds
+from pytest_distperf.fixtures.results.findings import Bottleneck
 from pytest_distperf.fixtures.results.steps import CommCount, StepTiming
-from pytest_distperf.records import DimComm
+from pytest_distperf.records import DimComm, RankPipeline, RankStep
 
 
 def dimension_counts(per_rank: Sequence[Sequence[DimComm]],
@@ -67,18 +68,18 @@ def flops_per_step(flops: Sequence[tuple[int, int]]) -> int:
     return sum(count for _, count in flops)
 
 
-def blocked_share(per_rank: Sequence[tuple[Sequence[DimComm], float]],
-                  dim: str) -> float | None:
-    """The share of the counted step the median rank is blocked in the collectives of
-    ``dim`` (issuing them and waiting for their results), each rank's against its own
-    counted step (``per_rank``: its counts and that step's seconds; the counters slow it,
-    so no other step's time is comparable), at most 1; None where no rank timed any (GPU
-    ranks, or no collective on ``dim``)."""
-    shares = [sum(c.seconds for c in counts if c.dim == dim) / seconds
-              for counts, seconds in per_rank if seconds > 0]
-    if not any(shares):
-        return None
-    return min(1.0, median(shares) or 0.0)
+def tp_communication(ranks: Sequence[RankStep | RankPipeline], counts: Sequence[CommCount],
+                     step_time_s: float, limits: Mapping[str, float]
+                     ) -> tuple[float | None, list[Bottleneck]]:
+    """``tp_comm_share``: the share of the counted step the median rank is blocked in TP
+    collectives (issuing them and waiting for their results), each rank's against its own
+    counted step (the counters slow it, so no other step's time is comparable), at most 1;
+    None where no rank timed any (GPU ranks, or no TP collective).  With its finding."""
+    shares = [sum(c.seconds for c in r.mesh_comm if c.dim == "tp") / r.counted_step_s
+              for r in ranks if r.counted_step_s > 0]
+    share = min(1.0, median(shares) or 0.0) if any(shares) else None
+    return share, tp_bottlenecks(share, step_time_s, [c for c in counts if c.group == "tp"],
+                                 limits)
 
 
 def on_mesh(timing: StepTiming, layout: Layout,
@@ -87,10 +88,9 @@ def on_mesh(timing: StepTiming, layout: Layout,
     layout, the counts by dimension, throughput and FLOPs counted once per sample, and
     the TP communication share (and its finding)."""
     ranks = timing.raw
-    share = blocked_share([(r.mesh_comm, r.counted_step_s) for r in ranks], "tp")
     counts = dimension_counts([r.mesh_comm for r in ranks], layout)
-    found = tp_bottlenecks(share, timing.step_time_s,
-                           [c for c in counts if c.group == "tp"], resolve_thresholds(limits))
+    share, found = tp_communication(ranks, counts, timing.step_time_s,
+                                    resolve_thresholds(limits))
     samples = samples_per_step(layout, [(r.rank, r.batch_size) for r in ranks])
     steps = timing.samples.get("step_s", ())
     per_step = {**timing.samples,

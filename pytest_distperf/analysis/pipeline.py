@@ -20,16 +20,12 @@ import math
 from collections.abc import Mapping, Sequence
 
 from pytest_distperf.analysis.analyzer import per_step_max
-from pytest_distperf.analysis.findings import (
-    pipeline_bottlenecks,
-    recommendations,
-    tp_bottlenecks,
-)
+from pytest_distperf.analysis.findings import pipeline_bottlenecks, recommendations
 from pytest_distperf.analysis.mesh import (
-    blocked_share,
     dimension_counts,
     flops_per_step,
     samples_per_step,
+    tp_communication,
 )
 from pytest_distperf.common.layout import Layout, coordinates
 from pytest_distperf.common.quantiles import median
@@ -188,8 +184,8 @@ def analyze_pipeline(per_rank: Sequence[RankPipeline], *, layout: Layout, schedu
         ranks=tuple(s.rank for s in per_stage if s.pp_rank == slowest),
         exposed_s=exposed_s)
     counts = dimension_counts([r.mesh_comm for r in ranks], layout)
-    share = blocked_share([(r.mesh_comm, r.counted_step_s) for r in ranks], "tp")
-    found += tp_bottlenecks(share, step_time, [c for c in counts if c.group == "tp"], lim)
+    share, tp_found = tp_communication(ranks, counts, step_time, lim)
+    found += tp_found
     return PipelineTiming(
         world_size=len(ranks), mesh=layout, schedule=schedule, microbatches=microbatches,
         virtual=virtual, steps=len(steps), step_time_s=step_time,

@@ -5,8 +5,7 @@ the collectives of a step counted by mesh dimension (torch).
 The mesh's groups are those every rank of the pool made before the call
 (:func:`pytest_distperf.rank.worker.make_groups`: torch names a group by what its rank made
 before, so all ranks make the same groups in the same order); each is made once per rank
-process however many tests use it.  A group made nowhere before (code that calls
-:func:`device_mesh` itself) is made by its members alone.
+process however many tests use it.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from pytest_distperf.common.names import canonical_collective
 from pytest_distperf.records import DimComm
 
 _MESHES: dict[tuple[Layout, str, int], Any] = {}
-_MEMBERS_ONLY: dict[tuple[int, ...], Any] = {}  # groups made by their members alone
 #: Namespaces of the dispatcher's collective ops: c10d's own (FSDP2, DDP, send/recv) and
 #: the functional ones DTensor issues.
 COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "c10d_functional")
@@ -60,12 +58,11 @@ def _group(ranks: tuple[int, ...]) -> Any:
 
     if list(ranks) == list(range(dist.get_world_size())):
         return c10d._get_default_group()
-    if ranks in GROUPS:
-        return GROUPS[ranks]
-    # kept apart from GROUPS, so that make_groups still makes it on every rank if asked
-    if ranks not in _MEMBERS_ONLY:
-        _MEMBERS_ONLY[ranks] = dist.new_group(list(ranks), use_local_synchronization=True)
-    return _MEMBERS_ONLY[ranks]
+    if ranks not in GROUPS:  # made here by some ranks alone, torch would hang the next one
+        raise RuntimeError(f"the process group of ranks {ranks} was not made before this "
+                           f"call: run it with groups=mesh_groups(layout) "
+                           f"(DistGroup.call, or the engine's execute)")
+    return GROUPS[ranks]
 
 
 def parallelized(model: Any, mesh: Any, parallelize: Callable[[Any, Any], Any] | None,
