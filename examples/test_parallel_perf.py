@@ -1,6 +1,7 @@
 """2-D and pipeline parallel training of a small GPT-style model, gated in CI.
 
-Run it (on CPU, 4 gloo ranks; on a GPU runner the same file runs on NCCL)::
+Run it (on CPU, 4 gloo ranks; on a GPU runner the same file runs on NCCL; with fewer than
+4 ranks both tests skip)::
 
     pytest --distperf --gpus 4 examples/test_parallel_perf.py
 
@@ -88,9 +89,16 @@ def parallelize(model: GPT, mesh) -> GPT:
     return fully_shard(model, mesh=mesh["dp"])
 
 
+def needs_four_ranks(ddp_step_timer) -> None:
+    if ddp_step_timer.available < 4:
+        pytest.skip(f"a 2 x 2 mesh needs 4 ranks (--gpus 4); this run has "
+                    f"{ddp_step_timer.available}")
+
+
 def test_fsdp_and_tensor_parallel(ddp_step_timer):
     """FSDP2 x TP on a 2 x 2 mesh: two all-reduces per block and forward on ``tp``, the
     blocks' gathers and reduce-scatters on ``dp``; two batches a step (one per TP group)."""
+    needs_four_ranks(ddp_step_timer)
     t = ddp_step_timer(GPT, tokens, mesh={"dp": 2, "tp": 2}, parallelize=parallelize,
                        loss_fn=loss, steps=6, warmup=2)
     by_dim = {(c.group, c.op): c.calls for c in t.mesh_counts}
@@ -108,6 +116,7 @@ def stage(index: int, stages: int) -> GPT:
 def test_pipeline(ddp_step_timer):
     """Two 1F1B stages over ``pp`` with FSDP2 on ``dp``: each stage's busy time, the bubble
     against the schedule's (p - 1) / (m + p - 1), the activations sent between stages."""
+    needs_four_ranks(ddp_step_timer)
     t = ddp_step_timer.pipeline(stage, tokens, schedule="1F1B", microbatches=4,
                                 mesh={"pp": 2, "dp": 2}, loss_fn=loss, steps=6, warmup=2)
     assert t.bubble_theory == pytest.approx(1 / 5)
