@@ -311,7 +311,8 @@ def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
                 if key not in rebuilt:
                     with patched(switch.patches + switch.save_only):
                         rebuilt[key] = replay.rebuilt(run.base, run.saved,
-                                                      list(range(len(run.saved))))
+                                                      list(range(len(run.saved))),
+                                                      run.save_level)
                 base = rebuilt[key]
             # the lead metric's order for every metric: a step and its compute come from
             # the same measurements

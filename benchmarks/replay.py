@@ -25,7 +25,8 @@ close model of a run, not a copy.  The figures are printed per work (clean, +10%
     python benchmarks/replay.py runs.json --metric all_reduce.4MiB.busbw_gbps \
         --save-pick 0,1,2 --save-pick 3,4,5    # baselines of three of the save's six
 
-``--save-pick`` rebuilds each block's baseline from those of its save's recorded measurements
+``--save-now`` rebuilds each baseline as a save takes it now (judgement.save_pool, stopping
+where judgement.save_done says).  ``--save-pick`` rebuilds each block's baseline from those of its save's recorded measurements
 (by index), as a save stores them (the quiet ones pooled, less those slowed alone): how the
 verdicts depend on the number of measurements a save takes (R65 in verdict_quality.md).
 
@@ -47,7 +48,8 @@ from typing import Any
 
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.records import Measured, Samples, from_dict
-from pytest_distperf.verdict import readings, rule
+from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
+from pytest_distperf.verdict import judgement, readings, rule
 from pytest_distperf.verdict.judgement import MAX_ROUNDS
 from pytest_distperf.verdict.measurements import pooled
 from pytest_distperf.verdict.store import BaselineFile, StoredMetric
@@ -88,6 +90,8 @@ class Run:
     measurements: list[dict[str, Any]]
     #: the recorded measurements of the save the baseline came from (recorded from R33 on)
     saved: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: the save's control level: over every measurement with a control of every metric
+    save_level: float = float("nan")
 
 
 #: ddp_verdicts.py's ``--json`` keeps a run's step and compute verdicts under these keys.
@@ -99,6 +103,7 @@ def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
     (a ddp_verdicts.py file: its clean runs and its ``slowerNN`` ones, one block)."""
     base: StoredMetric | None = None
     saved: list[dict[str, Any]] = []
+    level = float("nan")
     for run in data["runs"]:
         if run.get("bare"):
             continue
@@ -107,6 +112,7 @@ def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
         if (run["kind"] == "save") if ddp else run["save"]:
             base = stored_metric(run.get("baseline_files") or {}, metric)
             saved = list((v or {}).get("measurements") or [])
+            level = save_level(run)
             continue
         if base is None or v is None or not v.get("measurements"):
             continue
@@ -115,26 +121,55 @@ def compare_runs(data: dict[str, Any], metric: str) -> Iterator[Run]:
             if kind != "clean" and not (kind.startswith("slower") and kind[6:].isdigit()):
                 continue  # a communication change: not a slowdown of the work
             extra = 0.0 if kind == "clean" else int(kind[6:]) / 100
-            yield Run(0, extra, base, v["verdict"], list(v["measurements"]), saved)
+            yield Run(0, extra, base, v["verdict"], list(v["measurements"]), saved, level)
             continue
         yield Run(run["block"], run["extra"], base, v["verdict"], list(v["measurements"]),
-                  saved)
+                  saved, level)
 
 
-def rebuilt(base: StoredMetric, saved: list[dict[str, Any]], pick: list[int]) -> StoredMetric:
+def save_level(run: dict[str, Any]) -> float:
+    """The median log control level of every recorded measurement with a control in a save
+    run, whatever its metric (judgement.Save's level)."""
+    levels = [readings.control_level(m) for v in run.values() if isinstance(v, dict)
+              for m in measurements(v.get("measurements") or [], 1.0, 1.0)
+              if m.samples.control and len(m.samples.control) == len(m.samples.values)]
+    return median_or_nan(levels)
+
+
+def rebuilt(base: StoredMetric, saved: list[dict[str, Any]], pick: list[int],
+            level: float) -> StoredMetric:
     """``base`` rebuilt from the save's measurements ``pick`` (indices), as a save stores a
-    metric with the control (judgement.Save): the quiet ones pooled, less those slowed
-    alone (all of them when none is quiet)."""
+    metric with the control (judgement.save_pool; all of them when it keeps none), the
+    save's control level ``level`` (:func:`save_level`; NaN: these measurements')."""
     chosen = [saved[i] for i in pick if i < len(saved)]
     if not chosen:
         raise SystemExit(f"replay: --save-pick {pick}: the save recorded {len(saved)} "
                          "measurement(s)")
     every = measurements(chosen, 1.0, 1.0)
+    return dataclasses.replace(base, measured=pooled(_pool(base, every, level) or every))
+
+
+def _pool(base: StoredMetric, every: list[Measured], level: float) -> list[Measured]:
     hib = base.higher_is_better
+    if level != level:  # NaN
+        level = median_or_nan([readings.control_level(m) for m in every])
     limit = rule.spread_limit([m.samples.values for m in every], hib, floor=False)
-    quiet = [m for m in every if not rule.noise_reasons(m, hib, limit=limit, floor=False)]
-    quiet = readings.without_outliers(quiet, TOLERANCE, higher_is_better=hib)
-    return dataclasses.replace(base, measured=pooled(quiet or every))
+    return judgement.save_pool(every, save_level=level, tolerance=TOLERANCE,
+                               higher_is_better=hib, spread_limit=limit)
+
+
+def saved_now(base: StoredMetric, saved: list[dict[str, Any]],
+              level: float) -> tuple[StoredMetric, int]:
+    """``base`` as a save takes it now: the recorded measurements in order until
+    judgement.save_done, pooled as :func:`rebuilt` does; and how many it took."""
+    every = measurements(saved, 1.0, 1.0)
+    for k in range(1, len(every) + 1):
+        kept = _pool(base, every[:k], level)
+        stored = dataclasses.replace(base, measured=pooled(kept or every[:k]))
+        if judgement.save_done(k, len(kept), judgement.told(stored) if kept else None,
+                               TOLERANCE, DEFAULT_SAVE_MEASUREMENTS):
+            break
+    return stored, k
 
 
 def padded(run: Run, others: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -184,7 +219,8 @@ def judge(base: StoredMetric, measured: list[Measured]) -> tuple[str, int, str]:
 
 def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
            memory_change: float | None = None, time_change: float | None = None,
-           save_pick: list[int] | None = None) -> dict[float, collections.Counter[str]]:
+           save_pick: list[int] | None = None, save_now: bool = False
+           ) -> dict[float, collections.Counter[str]]:
     runs = list(compare_runs(data, metric))
     pool: dict[tuple[int, float], list[dict[str, Any]]] = collections.defaultdict(list)
     for run in runs:
@@ -194,7 +230,9 @@ def replay(data: dict[str, Any], metric: str, host_change: float, follow: float,
         measured = measurements(padded(run, pool[(run.block, run.extra)]), 1.0 + host_change,
                                 follow, None if memory_change is None else 1.0 + memory_change,
                                 None if time_change is None else 1.0 + time_change)
-        base = run.base if save_pick is None else rebuilt(run.base, run.saved, save_pick)
+        base = (saved_now(run.base, run.saved, run.save_level)[0] if save_now
+                else run.base if save_pick is None
+                else rebuilt(run.base, run.saved, save_pick, run.save_level))
         tally[run.extra][judge(base, measured)[0]] += 1
     return tally
 
@@ -219,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-pick", action="append", metavar="I,J,...",
                         help="rebuild each baseline from these of its save's measurements "
                              "(indices from 0); repeatable (default: the baseline as stored)")
+    parser.add_argument("--save-now", action="store_true",
+                        help="rebuild each baseline as a save takes it now: its recorded "
+                             "measurements in order until the save would stop")
     args = parser.parse_args(argv)
     picks: list[list[int] | None] = [None]
     if args.save_pick:
@@ -245,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"replay: --host-change {h} would leave no time at all")
         for pick in picks:
             tally = replay(data, args.metric, h, args.follow, args.memory_change,
-                           args.time_change, pick)
-            saved = "" if pick is None else f"  save {','.join(map(str, pick))}"
+                           args.time_change, pick, args.save_now)
+            saved = ("  saved now" if args.save_now else "" if pick is None
+                     else f"  save {','.join(map(str, pick))}")
             for extra in sorted(tally):
                 counts = tally[extra]
                 label = "clean" if extra == 0 else f"+{extra:.0%} work"

@@ -22,6 +22,7 @@ ran than at the save, and the host steal over the whole run from /proc/stat.
     python benchmarks/verdict_quality.py --hog 0.3           # with a noisy neighbour
     python benchmarks/verdict_quality.py --no-plain          # the controlled metric only
     python benchmarks/verdict_quality.py --kind bench        # bench()'s bus bandwidth
+    python benchmarks/verdict_quality.py --kind micro --slow 0   # micro-work, unchanged
     python benchmarks/verdict_quality.py --kind ddp          # a GPT step (ddp_verdicts.py)
     python benchmarks/verdict_quality.py --kind profile      # its profile's exact counts
 
@@ -110,6 +111,44 @@ BENCH_HOOK = textwrap.dedent('''
         dist.all_reduce = longer  # in every process started with this on its path
 ''')
 
+#: ``--kind micro``: three pieces of micro-work (30 us to 1 ms) in one test, each timed by
+#: ``measure()`` with the control: a pure-Python sum, a small matmul loop, a 64 KiB gloo
+#: all-reduce.  A slow run does VQ_EXTRA more of each (the all-reduce: spins for VQ_EXTRA of
+#: its own time after each call, as BENCH_HOOK does).
+MICRO_FILE = textwrap.dedent('''
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    EXTRA = float(os.environ.get("VQ_EXTRA", "0"))
+
+
+    def python_sum(n):
+        return sum(range(n))
+
+
+    def matmuls(a, reps):
+        for _ in range(reps):
+            a @ a
+
+
+    def all_reduce(buffer):
+        start = time.perf_counter()
+        dist.all_reduce(buffer)
+        end = time.perf_counter() + (time.perf_counter() - start) * EXTRA
+        while time.perf_counter() < end:
+            pass
+
+
+    def test_micro(nccl_group):
+        nccl_group.measure("py", python_sum, round(5000 * (1 + EXTRA)))
+        torch.manual_seed(0)
+        nccl_group.measure("mm", matmuls, torch.randn(64, 64), round(10 * (1 + EXTRA)))
+        nccl_group.measure("ar", all_reduce, torch.zeros(16 * 1024))
+''')
+
 STEAL_COLUMN = 7
 
 
@@ -146,7 +185,11 @@ HOG = textwrap.dedent('''
 
 METRICS = ("matmul.time_s", "plain.time_s")
 KINDS = {"measure": (TEST_FILE, METRICS),
-         "bench": (BENCH_FILE, ("all_reduce.4MiB.busbw_gbps", "all_reduce.4MiB.busbw_gbps#2"))}
+         "bench": (BENCH_FILE, ("all_reduce.4MiB.busbw_gbps", "all_reduce.4MiB.busbw_gbps#2")),
+         "micro": (MICRO_FILE, ("py.time_s", "mm.time_s", "ar.time_s"))}
+#: kinds whose second metric is the first without the control (``--no-plain`` drops it)
+PLAIN_PAIRS = ("measure", "bench")
+KIND = "measure"
 #: ``sitecustomize`` modules of a kind (see BENCH_HOOK), put on the path of every process
 HOOKS = {"bench": BENCH_HOOK}
 HOOK = ""
@@ -180,7 +223,7 @@ def run_pytest(project: Path, extra: float, save: bool, reps: int,
     try:
         data = json.loads(report.read_text())
         verdicts = {v["metric"]: v for v in data["tests"][0]["verdicts"]}
-        for name in METRICS[: 2 if plain else 1]:
+        for name in METRICS[: 2 if plain else 1] if KIND in PLAIN_PAIRS else METRICS:
             out[name] = {k: verdicts[name].get(k) for k in FIELDS}
     except (OSError, ValueError, KeyError, IndexError):
         out["error"] = proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -220,7 +263,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[str]:
         judged = [r for r in compares if name in r]
         if not judged:
             continue
-        rule = "with the host-speed control" if name == METRICS[0] else "plain rule (no control)"
+        rule = ("plain rule (no control)" if KIND in PLAIN_PAIRS and name == METRICS[1]
+                else "with the host-speed control")
         lines.append(f"{name} ({rule}):")
         for extra in sorted({r["extra"] for r in judged}):
             group = [r[name] for r in judged if r["extra"] == extra]
@@ -344,10 +388,12 @@ def main(argv: list[str] | None = None) -> int:
                              "4 MiB all-reduce's bus bandwidth from bench(); ddp: a GPT "
                              "step's step_time_s, comm_overhead and exact counts from "
                              "ddp_step_timer; profile: the same step's exact counts from "
-                             "dist_profiler (the last two run benchmarks/ddp_verdicts.py)")
+                             "dist_profiler (the last two run benchmarks/ddp_verdicts.py); "
+                             "micro: three pieces of micro-work (30 us to 1 ms) by measure()")
     args = parser.parse_args(argv)
-    global TEST_FILE, METRICS, HOOK
+    global TEST_FILE, METRICS, HOOK, KIND
     TEST_FILE, METRICS = KINDS[args.kind]
+    KIND = args.kind
     HOOK = HOOKS.get(args.kind, "")
 
     rng = random.Random(args.seed)

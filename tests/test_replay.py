@@ -56,11 +56,12 @@ def test_recorded_runs_are_judged_again_as_they_were(replay: ModuleType) -> None
 
 def test_noisy_measurements_judged_when_none_is_quiet(replay: ModuleType) -> None:
     """R45 (a noisy neighbour: noisy measurements set aside by their recorded noise
-    figures), judged again: every verdict as recorded but two, where the rule it ran with
+    figures), judged again: every verdict as recorded but one, where the rule it ran with
     called the run inconclusive for want of a quiet measurement and the rule now judges
-    the noisy ones pooled: the clean run #43 unchanged, the 20% slowdown #31 caught
-    (benchmarks/ablation.md, ``noisy-clears-nothing``).  A noisy measurement near the
-    baseline now clears a run, so none takes more measurements than it did."""
+    the noisy ones pooled: the clean run #43 unchanged.  The 20% slowdown #31, seen only in
+    noisy measurements, stays inconclusive: noise alone never makes a regression.  A noisy
+    measurement near the baseline now clears a run, so none takes more measurements than
+    it did."""
     runs = list(replay.compare_runs(replay.load_runs(BENCHMARKS / "data" / "r45.json.gz"),
                                     METRIC))
     moved = {}
@@ -70,8 +71,7 @@ def test_noisy_measurements_judged_when_none_is_quiet(replay: ModuleType) -> Non
         assert used <= len(run.measurements), (i, detail)
         if verdict != run.verdict:
             moved[i] = (run.extra, run.verdict, verdict)
-    assert moved == {31: (0.2, "inconclusive", "regressed"),
-                     43: (0.0, "inconclusive", "unchanged")}
+    assert moved == {43: (0.0, "inconclusive", "unchanged")}
 
 
 def test_a_host_that_moved_since_the_save_false_alarms_nothing(replay: ModuleType) -> None:
@@ -189,7 +189,7 @@ def test_a_baseline_of_fewer_measurements_errs_more(replay: ModuleType) -> None:
     assert (six, three) == (6, [20, 7, 16, 6])
     for run in list(replay.compare_runs(replay.load_runs(BENCHMARKS / "data" / "r61.json.gz"),
                                         BUSBW))[::25]:  # one run of each block
-        again = replay.rebuilt(run.base, run.saved, list(range(6))).samples
+        again = replay.rebuilt(run.base, run.saved, list(range(6)), run.save_level).samples
         assert again.values == pytest.approx(run.base.samples.values, rel=1e-5)
         assert again.control == pytest.approx(run.base.samples.control, rel=1e-5)
         assert again.sizes == run.base.samples.sizes

@@ -35,6 +35,7 @@ from pytest_distperf.records import (
     Verdict,
 )
 from pytest_distperf.verdict.readings import (
+    AS_MEASURED,
     FITTED,
     MEMORY,
     MEMORY_IN_PROPORTION,
@@ -114,7 +115,7 @@ def _aside(a: Assessment, tolerance: float) -> str:
 def _noisy(a: Assessment) -> str:
     if not a.noisy or not a.readings:
         return ""
-    return f"none of the measurements was quiet, judged all the same ({'; '.join(a.noisy)})"
+    return f"no measurement was quiet ({'; '.join(dict.fromkeys(a.noisy))})"
 
 
 def improved(a: Assessment, base: StoredMetric, measurements: int) -> str:
@@ -134,7 +135,7 @@ def regressed(a: Assessment, base: StoredMetric, measurements: int,
            else " in its one measurement (this metric cannot be measured again)")
     return _detail(f"regressed: {_change_words(a, base.unit)} than the baseline{host}{how}; "
                    f"find the change that caused it, or {_RESAVE} if it is intended",
-                   _readings(a), _aside(a, tolerance), _noisy(a))
+                   _readings(a), _aside(a, tolerance))
 
 
 def too_noisy(reasons: Sequence[str]) -> str:
@@ -168,6 +169,21 @@ def readings_disagree(a: Assessment, base: StoredMetric) -> str:
                    _readings(a), _noisy(a))
 
 
+def noisy_only(a: Assessment, base: StoredMetric) -> str:
+    """Past the line, but in measurements none of which was quiet."""
+    return _detail(f"inconclusive: {_change_words(a, base.unit)} than the baseline, but no "
+                   "measurement was quiet enough to call it a regression; rerun on a quieter "
+                   "runner", f"Noise: {'; '.join(dict.fromkeys(a.noisy))}", _readings(a))
+
+
+def only_adjusted(a: Assessment, base: StoredMetric, raw: Reading) -> str:
+    """Past the line with the host's change taken out, not as measured."""
+    return _detail(f"inconclusive: {_change_words(a, base.unit)} than the baseline with the "
+                   f"host's speed taken out, but {pct(raw.change)} {AS_MEASURED}: "
+                   f"{_host(a)}, and this metric may not follow the host-speed control; "
+                   "rerun, or re-save if the runner changed", _readings(a), _noisy(a))
+
+
 def exact(verdict: str, baseline: float, current: float, exact_tolerance: float,
           unit: str) -> str:
     """An exact metric past its exact tolerance."""
@@ -187,11 +203,16 @@ def spread_reason(spread: float, limit: float) -> str:
     return f"sample spread {spread:.0%} > {limit:.0%}"
 
 
-def saved(count: int, *, pooled: bool, fraction: bool) -> str:
-    """How a save chose what it stores."""
-    if pooled:
-        return f"{count} measurement(s) pooled, with the host-speed control"
+def saved(count: int, *, fraction: bool) -> str:
+    """How a save without the control chose what it stores."""
     return f"median of {count} measurement(s)" if fraction else f"best of {count} measurement(s)"
+
+
+def saved_pooled(kept: int, count: int) -> str:
+    """How many measurements a save with the control pooled of those it took."""
+    aside = (f" ({count - kept} set aside: too noisy, slowed alone, or with a control "
+             "reading its samples contradict)" if kept < count else "")
+    return f"{kept} of {count} measurement(s) pooled, with the host-speed control{aside}"
 
 
 def saved_exact(seen: Sequence[float], count: int) -> str:

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
 from pytest_distperf.records import (
     EXACT,
@@ -34,7 +35,12 @@ from pytest_distperf.records import (
 from pytest_distperf.verdict import explain
 from pytest_distperf.verdict.measurements import carries_control, measured_of, pooled
 from pytest_distperf.verdict.noise import NoiseFigures
-from pytest_distperf.verdict.readings import without_outliers
+from pytest_distperf.verdict.readings import (
+    Detectable,
+    contradicted,
+    control_level,
+    without_outliers,
+)
 from pytest_distperf.verdict.rule import (
     MOST_MEASUREMENTS,
     assess,
@@ -45,6 +51,7 @@ from pytest_distperf.verdict.rule import (
     noise_reasons,
     representative,
     spread_limit,
+    tells_the_line,
 )
 from pytest_distperf.verdict.stats import selection_figure, spread
 from pytest_distperf.verdict.store import (
@@ -65,6 +72,10 @@ _CONFIRM_PAUSES_S = (1.0, 2.0, 4.0)
 #: Seconds between measurements with the control: measurements spread over a few seconds
 #: average over the host's speed, which changes from one second to the next.
 _CONTROL_PAUSE_S = 1.0
+#: A save with the control pools at least this many measurements (and takes more while they
+#: cannot tell a change at the decision line): four such tell as much as twelve on every
+#: recording in benchmarks/data (benchmarks/save_stop.md).
+_SAVE_MIN_KEPT = 4
 #: A saved baseline without the control is the best of this many measurements (a
 #: fraction: the median one), ...
 _SAVE_MEASUREMENTS = 4
@@ -302,12 +313,19 @@ class Save(Judgement):
     the quiet measurements pooled) as its new baseline."""
 
     def wants_more(self, name: str) -> bool:
+        """Without the control: ``_SAVE_MEASUREMENTS``, more while the one kept is noisy.
+        With it: until ``_SAVE_MIN_KEPT`` are kept and they tell a change at the decision
+        line (:func:`~.rule.tells_the_line`), ``save_measurements`` at most."""
         if not self.can_confirm(name):
             return False
         count = len(self.measured[name])
-        if count < (self.save_measurements if self.has_control(name) else _SAVE_MEASUREMENTS):
-            return True
-        return count < _SAVE_MAX_MEASUREMENTS and not self.trusted(name, self._kept(name))
+        if not self.has_control(name):
+            if count < _SAVE_MEASUREMENTS:
+                return True
+            return count < _SAVE_MAX_MEASUREMENTS and not self.trusted(name, self._kept(name))
+        kept = self._pooled_ones(name)
+        told = self._told(name, pooled(kept)) if kept else None
+        return not save_done(count, len(kept), told, self.tolerance, self.save_measurements)
 
     def delay(self, name: str) -> float:
         delay = _CONTROL_PAUSE_S if self.has_control(name) else _SAVE_PAUSE_S
@@ -339,13 +357,22 @@ class Save(Judgement):
             return self.measured[name][0]
         if not self.has_control(name):
             return self._kept(name)
-        every = self.measured[name]
-        quiet = [m for m in every if self.trusted(name, m)]
-        # a measurement slowed alone is left out, as a compare run leaves it out: a
-        # baseline half in a slow spell reads every later run as an improvement
-        quiet = without_outliers(quiet, self.tolerance,
-                                 higher_is_better=self.metrics[name].higher_is_better)
-        return pooled(quiet or every)
+        return pooled(self._pooled_ones(name) or self.measured[name])
+
+    def _pooled_ones(self, name: str) -> list[Measured]:
+        """:func:`save_pool` of ``name``'s measurements, the save's control level taken
+        over every metric with the control: the same fixed work follows each."""
+        metric, every = self.metrics[name], self.measured[name]
+        limit = spread_limit([m.samples.values for m in every], metric.higher_is_better,
+                             floor=False)
+        level = median_or_nan([control_level(m) for n in self.metrics
+                               if self.has_control(n) for m in self.measured[n]])
+        return save_pool(every, save_level=level, tolerance=self.tolerance,
+                         higher_is_better=metric.higher_is_better, spread_limit=limit)
+
+    def _told(self, name: str, m: Measured) -> Detectable | None:
+        """:func:`told` of ``m`` stored as ``name``'s baseline."""
+        return told(self._to_store(name, m)) if self.metrics[name].kind == MEASURED else None
 
     def _to_store(self, name: str, m: Measured) -> StoredMetric:
         metric = self.metrics[name]
@@ -371,14 +398,13 @@ class Save(Judgement):
         m = self._stored(name)
         new = self._to_store(name, m)
         count = len(self.measured[name])
-        detail = explain.saved(count, pooled=bool(m.samples.control) and self.has_control(name),
-                               fraction=metric.is_fraction)
         if metric.kind == EXACT:
             detail = explain.saved_exact(sorted({x.value for x in self.measured[name]}), count)
-        # what its comparisons can tell (None without the control or 3 measurements), from
-        # the samples as the file keeps them: what every later comparison meets
-        told = detectable(dataclasses.replace(new, measured=dataclasses.replace(
-            m, samples=stored_samples(m.samples)))) if metric.kind == MEASURED else None
+        elif self.has_control(name):
+            detail = explain.saved_pooled(len(m.samples.sizes or (0,)), count)
+        else:
+            detail = explain.saved(count, fraction=metric.is_fraction)
+        told = self._told(name, m)  # None without the control or 3 measurements
         # a count does not depend on the host: no advice to re-save it on a quieter one
         noisy = self.noise_of(name, m) if metric.kind != EXACT else []
         detail = "; ".join(filter(None, (
@@ -405,6 +431,39 @@ class Save(Judgement):
         """What every metric stores (:meth:`_stored`), for this environment."""
         return [SaveEntry(self.env, {name: self._to_store(name, self._stored(name))
                                      for name in self.metrics})]
+
+
+def save_pool(every: Sequence[Measured], *, save_level: float, tolerance: float,
+              higher_is_better: bool, spread_limit: float) -> list[Measured]:
+    """The measurements a save pools with the control: the quiet ones (``spread_limit``:
+    :func:`~.rule.noise_reasons`), less those whose control the metric contradicts
+    (:func:`~.readings.contradicted`; first, as the next step reads each time against its
+    control) and those slowed alone (a compare run leaves them out too: a baseline half in
+    a slow spell reads every later run as an improvement)."""
+    quiet = [m for m in every
+             if not noise_reasons(m, higher_is_better, limit=spread_limit, floor=False)]
+    if not quiet:
+        return []
+    aside = contradicted(quiet, save_level, tolerance)
+    agreed = [m for m, out in zip(quiet, aside, strict=True) if not out]
+    return without_outliers(agreed, tolerance, higher_is_better=higher_is_better)
+
+
+def save_done(taken: int, kept: int, told_now: Detectable | None, tolerance: float,
+              most: int) -> bool:
+    """Whether a save with the control has measured enough: ``most`` taken, or
+    ``_SAVE_MIN_KEPT`` kept that tell a change at the decision line."""
+    if taken >= most:
+        return True
+    return kept >= min(_SAVE_MIN_KEPT, most) and tells_the_line(told_now, tolerance)
+
+
+def told(stored: StoredMetric) -> Detectable | None:
+    """What comparisons against ``stored`` can tell (:func:`~.rule.detectable`), from the
+    samples as the file keeps them: what every later comparison meets."""
+    m = stored.measured
+    return detectable(dataclasses.replace(stored, measured=dataclasses.replace(
+        m, samples=stored_samples(m.samples))))
 
 
 def make_judgement(*, save: bool, measurements: Sequence[Measurement],

@@ -47,8 +47,11 @@ IN_PROPORTION = "in proportion"
 #: ... and at the slope the memory control's change says (a time) ...
 MEMORY = "at the memory control's slope"
 #: ... or in proportion to the memory control (a bandwidth: a gloo collective copies and adds
-#: buffers, as the memory control does).
+#: buffers, as the memory control does); ...
 MEMORY_IN_PROPORTION = "in proportion to the memory control"
+#: ... and not at all (slope 0): a change seen only with the host's change taken out may be
+#: a metric that does not follow the control.
+AS_MEASURED = "as measured"
 
 #: The adjusted samples are judged by this quantile: noise from other processes only pushes
 #: times up, and the median carries it.
@@ -79,10 +82,6 @@ class Reading:
     #: one-sided Mann-Whitney of the adjusted samples (their normal approximation)
     p_worse: float
     p_better: float
-    #: ... and of the measurements, each one figure (its adjusted 25% quantile): what a
-    #: confidence reports, since samples of one measurement share its moment
-    units_p_worse: float
-    units_p_better: float
 
 
 def control_slope(base: StoredMetric, measurements: Sequence[Measured]) -> float:
@@ -137,7 +136,8 @@ def read(base: StoredMetric, used: Sequence[Measured], every: Sequence[Measured]
     """The readings of this run's measurements ``used`` (pooled; those of ``every`` its
     verdict rests on) against ``base``, all of them times: at the fitted slope; in
     proportion, where the fit is under 1 and the host moved; at the memory control's slope,
-    where the baseline and every measurement carry the memory control.  ``rate``: they are
+    where the baseline and every measurement carry the memory control; as measured, where the
+    fitted slope and the host moved.  ``rate``: they are
     a rate's, as the times it stands for (:func:`~.measurements.as_times`), its change given
     in its own terms."""
     fitted = control_slope(base, used)
@@ -145,12 +145,10 @@ def read(base: StoredMetric, used: Sequence[Measured], every: Sequence[Measured]
     cur_points = control_points(parts_of(used))
     host_log = _host_log(base_points, cur_points)
     q = _CONTROL_ESTIMATOR_QUANTILE
-    rb, lb = adjusted(base_points, fitted), adjusted_levels(base_points, fitted, q)
-    rc, lc = adjusted(cur_points, fitted), adjusted_levels(cur_points, fitted, q)
+    rb, rc = adjusted(base_points, fitted), adjusted(cur_points, fitted)
 
     def reading(name: str, slope: float, shift: float, shown_log: float) -> Reading:
         cur = [r - shift for r in rc]  # the current side at the baseline's host speed
-        units = [v - shift for v in lc]
         change = math.exp(quantile_or_nan(cur, q) - quantile_or_nan(rb, q)) - 1.0
         if rate:  # 10% more time is 9.1% less bandwidth
             change = 1.0 / (1.0 + change) - 1.0 if change > -1.0 else math.nan
@@ -159,9 +157,7 @@ def read(base: StoredMetric, used: Sequence[Measured], every: Sequence[Measured]
                        worse=0.0 if math.isnan(worse) else worse, slope=slope,
                        host_change=math.exp(shown_log) - 1.0,
                        p_worse=mann_whitney_greater(cur, rb, exact=False),
-                       p_better=mann_whitney_greater(rb, cur, exact=False),
-                       units_p_worse=mann_whitney_greater(units, lb, exact=False),
-                       units_p_better=mann_whitney_greater(lb, units, exact=False))
+                       p_better=mann_whitney_greater(rb, cur, exact=False))
 
     out = [reading(FITTED, fitted, 0.0, host_log)]
     if fitted < _BETWEEN_SLOPE and math.exp(host_log) - 1.0 != 0.0:
@@ -171,6 +167,8 @@ def read(base: StoredMetric, used: Sequence[Measured], every: Sequence[Measured]
         memory_log = _host_log(control_points(parts(base.samples, memory=True)),
                                control_points(parts_of(used, memory=True)))
         out.append(reading(*_memory_between(host_log, memory_log, fitted, rate), memory_log))
+    if fitted > 0.0 and math.exp(host_log) - 1.0 != 0.0:
+        out.append(reading(AS_MEASURED, 0.0, -fitted * host_log, host_log))
     return out
 
 
@@ -211,6 +209,25 @@ def without_outliers(measurements: Sequence[Measured], tolerance: float, *,
     limit = math.log1p(outlier_limit(tolerance))
     return [m for i, m in enumerate(measurements)
             if not levels[i] - min(levels[:i] + levels[i + 1:]) > limit]
+
+
+def control_level(m: Measured) -> float:
+    """The log of a measurement's control level (:func:`~.stats.control_points`)."""
+    return control_points([(m.samples.values, m.samples.control)])[0][0]
+
+
+def contradicted(measurements: Sequence[Measured], save_level: float,
+                 tolerance: float) -> list[bool]:
+    """Per measurement of one metric in a save: whether its control level sits more than
+    :func:`outlier_limit` from ``save_level`` (the median log control level of every
+    measurement of the save) while the median of its samples sits within that of the
+    metric's usual (their median over ``measurements``): the control read a moment its
+    metric did not see, and stored, it would move every later comparison by as much."""
+    limit = math.log1p(outlier_limit(tolerance))
+    levels = [math.log(median_or_nan(m.samples.values)) for m in measurements]
+    usual = median_or_nan(levels)
+    return [abs(control_level(m) - save_level) > limit and abs(level - usual) <= limit
+            for m, level in zip(measurements, levels, strict=True)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

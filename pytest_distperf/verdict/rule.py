@@ -35,6 +35,7 @@ from pytest_distperf.verdict.measurements import (
     pooled,
 )
 from pytest_distperf.verdict.readings import (
+    AS_MEASURED,
     FITTED,
     IN_PROPORTION,
     Detectable,
@@ -103,7 +104,9 @@ class Assessment:
     worse: float  # the change in the bad direction (negative: better)
     worse_like: bool  # past the decision line in the bad direction (sentence 2)
     better_like: bool
-    p_worse: float | None = None  # one-sided Mann-Whitney; None with too few samples
+    #: one-sided Mann-Whitney (with the control: the least significant reading's), what the
+    #: decision and the confidence use; None with too few samples
+    p_worse: float | None = None
     p_better: float | None = None
     spread: float | None = None
     measured: Measured | None = None  # the measurement judged (pooled, with the control)
@@ -111,8 +114,6 @@ class Assessment:
     host_change: float | None = None  # how much slower the host-speed control ran
     control_slope: float | None = None  # how strongly the time follows the control
     set_aside: int = 0  # measurements set aside as slowed alone
-    units_p_worse: float | None = None  # with the control: the test of the measurements
-    units_p_better: float | None = None
     readings: tuple[Reading, ...] = ()  # with the control: every reading of the change
 
     @property
@@ -251,9 +252,8 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
     improving = _all_past(improvement.readings, tolerance, better=True)
     if improving and more and not _borne_out(base, measurements, tolerance):
         return Decision(INCONCLUSIVE, regression, explain.AWAITING, True)
-    least_improved = max(improvement.readings, key=lambda r: r.worse)
     if (improving and _beyond_host(improvement, host)
-            and _significant(least_improved.p_better)):
+            and _significant(improvement.p_better)):
         return Decision(IMPROVED, improvement, explain.improved(improvement, base, n),
                         False)
     if more and not _screened_out(regression, tolerance):
@@ -265,14 +265,20 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
     if not any(_past(r.worse, tolerance) for r in _host_readings(regression)):
         return Decision(UNCHANGED, regression, "", False)
     if not _all_past(regression.readings, tolerance):
+        raw = next((r for r in regression.readings if r.name == AS_MEASURED), None)
+        if raw is not None and _all_past([r for r in regression.readings if r is not raw],
+                                         tolerance):
+            return Decision(INCONCLUSIVE, regression,
+                            explain.only_adjusted(regression, base, raw), False)
         return Decision(INCONCLUSIVE, regression,
                         explain.readings_disagree(regression, base), False)
-    least = min(regression.readings, key=lambda r: r.worse)
-    if _significant(least.p_worse):
+    if _significant(regression.p_worse) and regression.noisy:
+        return Decision(INCONCLUSIVE, regression, explain.noisy_only(regression, base), False)
+    if _significant(regression.p_worse):
         return Decision(REGRESSED, regression,
                         explain.regressed(regression, base, n, tolerance), False)
     return Decision(INCONCLUSIVE, regression,
-                    explain.not_clear(regression, base, least.p_worse, _ALPHA), False)
+                    explain.not_clear(regression, base, regression.p_worse, _ALPHA), False)
 
 
 def _all_past(readings: Sequence[Reading], tolerance: float, *, better: bool = False) -> bool:
@@ -283,7 +289,8 @@ def _all_past(readings: Sequence[Reading], tolerance: float, *, better: bool = F
 def _controlled_assessments(base: StoredMetric, measurements: Sequence[Measured],
                             tolerance: float) -> tuple[Assessment, Assessment]:
     """Sentence 7: (the regression's assessment, the improvement's): the quiet measurements
-    pooled (all of them when none is quiet), the regression's less those slowed alone."""
+    pooled (all of them when none is quiet: then ``noisy`` holds why), the regression's
+    less those slowed alone."""
     times, timed = (as_times(base, measurements) if base.higher_is_better
                     else (base, list(measurements)))
     limit = spread_limit([values for values, _ in parts(times.samples)], False, floor=False)
@@ -303,19 +310,21 @@ def _pooled_assessment(base: StoredMetric, times: StoredMetric, used: Sequence[M
                        set_aside: int) -> Assessment:
     """``used`` pooled against the baseline, read every way (``times``, ``used``, ``every``:
     a rate's as times); it reports the reading at the fitted slope, at the baseline's
-    host speed."""
+    host speed, and the test of the least significant reading that takes the host's change
+    out (sentence 10)."""
     readings = read(times, used, every, rate=base.higher_is_better)
     fitted, cur = readings[0], pooled(used)
+    tested = [r for r in readings if r.name != AS_MEASURED]  # that one only vetoes
     b = estimate(base.samples.values, base.value, base.higher_is_better, False)
     c = b * (1.0 + fitted.change) if fitted.change is not None else math.nan
     return Assessment(baseline=b, current=c, change=fitted.change, worse=fitted.worse,
                       worse_like=_past(fitted.worse, tolerance),
                       better_like=_past(-fitted.worse, tolerance),
-                      p_worse=fitted.p_worse, p_better=fitted.p_better,
+                      p_worse=max(r.p_worse for r in tested),
+                      p_better=max(r.p_better for r in tested),
                       spread=spread(cur.samples.values, False, floor=False), measured=cur,
                       noisy=noisy, host_change=fitted.host_change, control_slope=fitted.slope,
-                      set_aside=set_aside, units_p_worse=fitted.units_p_worse,
-                      units_p_better=fitted.units_p_better, readings=tuple(readings))
+                      set_aside=set_aside, readings=tuple(readings))
 
 
 def _host_readings(a: Assessment) -> list[Reading]:
@@ -389,6 +398,12 @@ def detectable(base: StoredMetric) -> Detectable | None:
                              power=_DETECTABLE_POWER)
 
 
+def tells_the_line(told: Detectable | None, tolerance: float) -> bool:
+    """Whether a save's measurements tell a change at the decision line (sentence 2) as
+    often as :func:`detectable` asks; False where they say nothing."""
+    return told is not None and told.change <= tolerance * _DECISION_FRACTION
+
+
 def detectable_levels(levels: Sequence[float], higher_is_better: bool) -> Detectable:
     """:func:`detectable` from measurements' figures (logs) without a control."""
     return change_told(levels, higher_is_better, compared=_CONTROL_MEASUREMENTS,
@@ -396,13 +411,8 @@ def detectable_levels(levels: Sequence[float], higher_is_better: bool) -> Detect
 
 
 def _confidence(verdict: str, a: Assessment) -> float | None:
-    """1 - p of the verdict's one-sided Mann-Whitney test: with the control, the test of the
-    measurements (samples of one measurement share its moment); otherwise the test of one
-    measurement's samples."""
-    if a.units_p_worse is not None:
-        p = a.units_p_better if verdict == IMPROVED else a.units_p_worse
-    else:
-        p = a.p_better if verdict == IMPROVED else a.p_worse
+    """1 - p of the one-sided Mann-Whitney test the decision used (sentences 4 and 10)."""
+    p = a.p_better if verdict == IMPROVED else a.p_worse
     if p is None or verdict in (UNCHANGED, NO_BASELINE, NOT_COMPARABLE, SAVED):
         return None
     return 1.0 - p
