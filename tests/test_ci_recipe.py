@@ -113,6 +113,13 @@ def test_each_event_runs_the_jobs_the_comments_promise(event: Event, jobs: list[
     assert jobs_run(WORKFLOW, event) == jobs
 
 
+def test_the_resave_removes_the_label_it_answers_to() -> None:
+    job = WORKFLOW["jobs"]["resave"]
+    (remove,) = [s for s in job["steps"] if "removeLabel" in s.get("with", {}).get("script", "")]
+    assert f"github.event.label.name == '{LABEL}'" in job["if"]
+    assert f'name: "{LABEL}"' in remove["with"]["script"] and "always()" in remove["if"]
+
+
 def test_every_job_that_runs_the_suite_installs_it_and_runs_on_one_kind_of_runner() -> None:
     suite = {name: job for name, job in WORKFLOW["jobs"].items()
              if any("pytest" in step.get("run", "") for step in job["steps"])}
@@ -468,13 +475,13 @@ def test_the_recipe_from_the_first_run_to_a_resave(tmp_path: Path) -> None:
     git(work, "push", "-q", "origin", "feature", env=git_env)
     labelled = pull_request("labeled", LABEL)
     assert jobs_run(WORKFLOW, labelled) == ["resave"]
-    steps = run_job(WORKFLOW, "resave", labelled, work, env,
-                    {**left_out, "Remove the label (add it again to re-save)": 0})
+    steps = run_job(WORKFLOW, "resave", labelled, work, env, left_out)
     assert steps["Save on this runner"].returncode == 0, steps["Save on this runner"].output
     committed = steps["Commit the baselines to the branch"]
     assert committed.returncode == 0, committed.output
     pushed = git(origin, "rev-parse", "feature", env=git_env)
     assert _changed(origin, pushed, git_env) == list(changed)
+    assert steps["Remove the label (add it again to re-save)"].ran
     _summary(work)
 
     # 4. That commit's run (pushed with a token that starts runs): compare only, against the
