@@ -7,8 +7,8 @@ straggler, a weak-scaling sweep and a profiled call whose all_reduce count is th
 compared with a baseline.  That baseline is saved first with one all_reduce per call; the run
 makes three, an exact regression (1 -> 3 calls) that no noise can hide or fake.  Every other
 figure has no baseline and limits too wide to breach, so the outcome is always the same.
-Beside it: extra.py (-q and a test that raises, run on their own), a run under torchrun
-(only rank 0 writes) and the example CI workflow checked against the plugin's options.
+Beside it: extra.py (-q and a test that raises, run on their own) and a run under torchrun
+(only rank 0 writes). The example CI workflow: test_ci_recipe.py.
 """
 
 from __future__ import annotations
@@ -517,68 +517,6 @@ def test_a_compressed_trace_replaces_the_plain_one_and_fewer_ranks_drop_the_othe
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.ranks", "t.trace.json.gz"]
     assert sorted(p.name for p in folder.iterdir()) == [
         "rank0.trace.json.gz", "rank0.trace.json.txt", "rank1.trace.json.gz"]
-
-
-# -- the example CI workflow ---------------------------------------------------------------------
-WORKFLOW = Path(__file__).parents[1] / "examples" / "ci" / "distperf.yml"
-
-
-class _Options:
-    """Stands in for pytest's parser and its option group: keeps the flags the plugin adds."""
-
-    def __init__(self) -> None:
-        self.flags: set[str] = set()
-
-    def getgroup(self, *args: Any, **kwargs: Any) -> _Options:
-        return self
-
-    def addoption(self, *names: str, **kwargs: Any) -> None:
-        self.flags.update(names)
-
-    def addini(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
-def _workflow_steps(text: str) -> list[str]:
-    """The workflow's steps, each as its own text (no YAML parser needed: a step starts
-    with ``- name:`` or ``- uses:``)."""
-    return re.split(r"\n\s*- (?=name:|uses:)", text)[1:]
-
-
-def test_the_ci_example_passes_only_options_the_plugin_has() -> None:
-    from pytest_distperf import plugin
-    from pytest_distperf.report.export import FORMATS, bigger_path
-
-    options = _Options()
-    plugin.pytest_addoption(options)  # type: ignore[arg-type]
-    text = WORKFLOW.read_text()
-    used = set(re.findall(r"--distperf[a-z-]*|--gpus\b", text))
-    assert {"--distperf", "--distperf-save", "--distperf-json", "--distperf-export"} <= used
-    assert used <= options.flags, used - options.flags
-    exports = re.findall(r"--distperf-export\s+(\S+)\s+(\S+)", text)
-    assert {fmt for fmt, _ in exports} == {"bmf", "gab"} <= set(FORMATS)
-    # github-action-benchmark reads the gab files, each in its own direction, under a name
-    # of its own (one history per name), and pushes to gh-pages only on main
-    gab = {path for fmt, path in exports if fmt == "gab"}
-    files = {"customSmallerIsBetter": gab,
-             "customBiggerIsBetter": {str(bigger_path(Path(p))) for p in gab}}
-    steps = [s for s in _workflow_steps(text) if "benchmark-action/github-action-benchmark" in s]
-    assert len(steps) == 4
-    names = set()
-    for step in steps:
-        (tool,) = re.findall(r"\btool: (\S+)", step)
-        (path,) = re.findall(r"\boutput-file-path: (\S+)", step)
-        assert path in files[tool], step
-        assert f"hashFiles('{path}') != ''" in step, step  # skipped when not written
-        names.add((re.findall(r"\bname: (.+)", step)[1], tool))
-        push = "auto-push: true" in step
-        assert push == ("Record the history" in step), step
-        assert push or "auto-push: false" in step, step
-    assert len(names) == 2 and len({n for n, _ in names}) == 2
-    # the steps after a comparison that may fail still run
-    compare = text[text.index("  compare:"):text.index("  save:")]
-    after = compare[compare.index("Compare with the baselines"):]
-    assert all("!cancelled()" in s for s in _workflow_steps(after))
 
 
 # -- under torchrun, only rank 0 writes -----------------------------------------------------------

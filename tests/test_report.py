@@ -69,6 +69,26 @@ def test_a_relative_trace_folder_is_relative_to_where_pytest_was_started(
     assert not (pytester.path / "traces").exists()
 
 
+def test_a_first_run_says_first_that_it_compared_nothing(pytester: pytest.Pytester) -> None:
+    """No baselines yet: the loud line opens the terminal summary and the Markdown."""
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_first=(
+        "import time\n\ndef test_m(nccl_group):\n"
+        "    nccl_group.measure('m', time.sleep, 0.001, iters=3, warmup=0, control=False)\n"))
+    result = pytester.runpytest("--distperf", "--gpus", "2", "--distperf-markdown", "s.md",
+                                "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*= distperf summary =*", "distperf: NOTHING WAS COMPARED: "
+                                 "no baseline for this run's environment (gloo-cpu-w2-*) for "
+                                 "any of its 1 test(s), so only thresholds gated this run; *"],
+                                consecutive=True)
+    md = (pytester.path / "s.md").read_text().splitlines()
+    assert md[0] == "## distperf: nothing compared"
+    assert md[2] == "> [!WARNING]"
+    assert md[3].startswith("> **NOTHING WAS COMPARED: no baseline for this run's environment "
+                            "(gloo-cpu-w2-") and md[3].endswith("and save under it**")
+
+
 def test_the_json_report_of_a_run_with_nothing_measured_validates(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
     path = tmp_path / "deep" / "r.json"
@@ -169,6 +189,42 @@ def test_the_terminal_summary_puts_regressions_first_and_colours_them() -> None:
     improved = next(line for line in lines if line.text.startswith("  IMPROVED"))
     assert improved.colour == "green"
     assert report.Line("plain").markup == {}
+
+
+KEY = "gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc"
+
+
+def _verdicts(*kinds: str) -> list[TestRecord]:
+    """One test per verdict kind, each with one metric."""
+    return [TestRecord(f"t.py::test_{i}", 2, verdicts=[Verdict("m", kind, KEY, "s")])
+            for i, kind in enumerate(kinds)]
+
+
+@pytest.mark.parametrize(("kinds", "loud"), [
+    (("no baseline", "no baseline"), True),           # the first run on this runner
+    (("not comparable",), True),                      # the key went dark: a torch upgrade
+    (("no baseline", "not comparable"), True),
+    (("no baseline", "unchanged"), False),            # a new test beside compared ones
+    (("not comparable", "inconclusive"), False),
+    (("informational",), False),                      # compared, shown, never a failure
+    (("saved", "saved"), False),                      # a save compares nothing by design
+    ((), False),                                      # nothing measured: said otherwise
+])
+def test_a_run_that_compared_nothing_says_so_first(kinds: tuple[str, ...], loud: bool) -> None:
+    records = _verdicts(*kinds)
+    line = report.nothing_compared_line(records)
+    terminal = report.summary(records)
+    md = markdown.markdown_summary(records, header="distperf: 2 ranks").splitlines()
+    if not loud:
+        assert line == "" and "nothing compared" not in md[0]
+        assert all("NOTHING WAS COMPARED" not in t.text for t in terminal)
+        return
+    assert line.startswith("distperf: NOTHING WAS COMPARED: no baseline for this run's "
+                           f"environment ({KEY}) for any of its {len(kinds)} test(s)")
+    assert "--distperf-save" in line and "--distperf-env-name NAME" in line
+    assert terminal[0] == report.Line(line, "yellow", bold=True)
+    assert md[0].startswith("## distperf: nothing compared")
+    assert md[2:4] == ["> [!WARNING]", f"> **{line.removeprefix('distperf: ')}**"]
 
 
 def _row(lines: list[report.Line], name: str) -> list[str]:

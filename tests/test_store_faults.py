@@ -235,6 +235,10 @@ def test_the_gate_gone_dark_says_so_and_fails_under_strict(
     assert "2 passed" in out  # every test passed: the run fails for the dark gate alone
     assert "the gate is dark for 2 test(s)" in out and "--distperf-strict fails" in out
     assert "torch_version '0.1' there" in out
-    assert "the gate is dark for 2 test(s)" in md.read_text().splitlines()[0]
+    summary = md.read_text().splitlines()
+    assert "nothing compared; the gate is dark for 2 test(s)" in summary[0]
+    assert summary[3].startswith("> **NOTHING WAS COMPARED: no baseline for this run's ")
+    top = out.split("distperf summary", 1)[1].splitlines()[1]
+    assert top.startswith("distperf: NOTHING WAS COMPARED: "), out
     lenient = _pytest(folder)  # without --distperf-strict it passes, and says so
     assert lenient.returncode == 0 and "the gate is dark for 2 test(s)" in lenient.stdout

@@ -23,6 +23,7 @@ from pytest_distperf.report.terminal import (
     format_value,
     moved,
     moved_row,
+    nothing_compared_line,
     shown_value,
 )
 
@@ -50,9 +51,12 @@ def markdown_summary(records: Sequence[TestRecord], *, header: str,
     breaches = [(r.nodeid, b) for r in records for b in r.breaches]
     figures = sum(len(r.metrics) for r in records)
     unlit = len(dark(records))
-    headline = _headline(counts, len(breaches)) + (
+    banner = nothing_compared_line(records)
+    headline = _headline(counts, len(breaches), compared=not banner) + (
         f"; the gate is dark for {unlit} test(s) (no comparable baseline)" if unlit else "")
     out = [f"## distperf: {headline}", ""]
+    if banner:  # GitHub shows an alert block as a coloured box
+        out += ["> [!WARNING]", f"> **{_escape(banner.removeprefix('distperf: '))}**", ""]
     out += _environment(header, environments)
     if not records:
         out += ["No test recorded a distperf metric in this run.", ""]
@@ -89,7 +93,7 @@ def markdown_summary(records: Sequence[TestRecord], *, header: str,
     return "\n".join(out)
 
 
-def _headline(counts: Mapping[str, int], breaches: int) -> str:
+def _headline(counts: Mapping[str, int], breaches: int, *, compared: bool = True) -> str:
     bad = [f"{counts['regressed']} regressed"] if counts["regressed"] else []
     if breaches:
         bad.append(f"{breaches} threshold breach(es)")
@@ -99,7 +103,7 @@ def _headline(counts: Mapping[str, int], breaches: int) -> str:
         return ", ".join(bad)
     if counts["improved"]:
         return f"no regression, {counts['improved']} improved"
-    return "no regression"
+    return "no regression" if compared else "nothing compared"
 
 
 def _environment(header: str, environments: Sequence[Environment]) -> list[str]:

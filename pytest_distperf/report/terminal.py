@@ -56,7 +56,8 @@ def summary(records: Sequence[TestRecord], *, quiet: bool = False,
     """The session's summary: one block per test that recorded metrics (tests with
     regressions first, then breaches), then the verdict counts and the verdicts worth a look.
     ``quiet`` (pytest's ``-q``) keeps the counts, the regressions and the breaches."""
-    lines: list[Line] = []
+    banner = nothing_compared_line(records)
+    lines = [Line(banner, "yellow", bold=True)] if banner else []
     if not quiet:
         shown = [r for r in records if r.metrics or r.breaches or r.verdicts]
         for record in sorted(shown, key=lambda r: _test_status(r)[0]):
@@ -434,6 +435,25 @@ def dark_lines(records: Sequence[TestRecord], *, strict: bool = False) -> list[s
             *([f"  {more.strip()}"] if more else []),
             "  if this environment is the one to gate on now, re-save the baselines on this "
             "runner: pytest --distperf --distperf-save"]
+
+
+#: The verdicts of a metric that was never compared with a baseline.
+UNCOMPARED = ("no baseline", "not comparable")
+
+
+def nothing_compared_line(records: Sequence[TestRecord]) -> str:
+    """One line for the top of the summaries when the run compared no metric with a baseline
+    (every verdict no baseline or not comparable: a first run, or a key gone dark): what
+    happened, under which environment key, and what to do; "" otherwise."""
+    verdicts = [v for r in records for v in r.verdicts]
+    if not verdicts or any(v.verdict not in UNCOMPARED for v in verdicts):
+        return ""
+    keys = ", ".join(dict.fromkeys(v.environment for v in verdicts))
+    tests = sum(1 for r in records if r.verdicts)
+    return (f"distperf: NOTHING WAS COMPARED: no baseline for this run's environment ({keys}) "
+            f"for any of its {tests} test(s), so only thresholds gated this run; save baselines on "
+            f"this runner (pytest --distperf --distperf-save), or pin one environment name "
+            f"for a fleet of like runners (--distperf-env-name NAME) and save under it")
 
 
 def _attention(nodeid: str, v: Verdict) -> list[Line]:
