@@ -112,6 +112,7 @@ class DistperfConfig:
     tolerance: float = DEFAULT_TOLERANCE  # of the baseline comparison; marker/baselines override
     exact_tolerance: float = DEFAULT_EXACT_TOLERANCE  # of exact metrics, absolute
     save_measurements: int = DEFAULT_SAVE_MEASUREMENTS  # a controlled metric's, per save
+    env_name: str = ""  # a pinned environment name: it stands for the machine in the key
 
 
 def parse_gpus(value: object, source: str) -> int:
@@ -154,6 +155,21 @@ def parse_backend(value: object, source: str) -> str:
             f"--distperf-backend: expected one of {', '.join(BACKENDS)}, got {shown(value)} "
             f"(from {source})"
         )
+    return text
+
+
+#: A pinned environment name: it becomes part of a TOML key and of every verdict's line.
+_ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", re.ASCII)
+
+
+def parse_env_name(value: object, source: str) -> str:
+    """A pinned environment name: letters, digits, ``.``, ``_`` and ``-``, 64 at most."""
+    text = str(value).strip()
+    if not _ENV_NAME.fullmatch(text):
+        raise ConfigError(
+            f"--distperf-env-name: expected a name of letters, digits, '.', '_' and '-' "
+            f"(starting with a letter or a digit, at most 64), got {shown(value)}; name the "
+            f"runner type, e.g. ubuntu-latest or h100x8 (from {source})")
     return text
 
 
@@ -344,8 +360,10 @@ def place_ranks(requested_backend: str, gpus: int | None, visible_gpus: int,
 
     World size: ``--gpus``, else the visible GPUs divided between xdist workers, else 2.
     ``auto`` takes NCCL when this worker's slice of devices (``I*N .. I*N+N-1`` for worker
-    ``gwI``) exists; an explicit ``nccl`` without that slice is a ConfigError that says how many
-    devices are needed and how many are visible.
+    ``gwI``) exists, and gloo where no GPU is usable.  Where GPUs are visible but too few for
+    the slice, ``auto`` and ``nccl`` alike are a ConfigError that says how many devices are
+    needed, how many are visible and the ways out: only ``gloo`` runs CPU ranks on a
+    machine with GPUs.
     """
     if gpus is not None:
         world = gpus
@@ -354,24 +372,40 @@ def place_ranks(requested_backend: str, gpus: int | None, visible_gpus: int,
     else:
         world = 2
     offset = worker_index * world
-    fits = nccl_available and visible_gpus >= offset + world
-    backend = requested_backend
-    if backend == "auto":
-        backend = "nccl" if fits else "gloo"
-    if backend == "nccl" and not fits:
-        if not nccl_available:
-            raise ConfigError(
-                "--distperf-backend nccl: this PyTorch has no CUDA/NCCL support or no GPU is "
-                "usable; use --distperf-backend gloo")
-        where = ""
-        if worker_count > 1:
-            where = (f" for xdist worker gw{worker_index} of {worker_count}, which takes "
-                     f"devices {offset}..{offset + world - 1}")
+    if requested_backend == "gloo" or (requested_backend == "auto" and not nccl_available):
+        return Placement(world, "gloo", 0)
+    if nccl_available and visible_gpus >= offset + world:
+        return Placement(world, "nccl", offset)
+    if not nccl_available:
         raise ConfigError(
-            f"--distperf-backend nccl needs {offset + world} GPUs (one per rank{where}) but "
-            f"{visible_gpus} are visible; lower --gpus, use fewer xdist workers, or use "
-            f"--distperf-backend gloo")
-    return Placement(world, backend, offset if backend == "nccl" else 0)
+            "--distperf-backend nccl: this PyTorch has no CUDA/NCCL support or no GPU is "
+            "usable; use --distperf-backend gloo")
+    raise ConfigError(_too_few_gpus(requested_backend, gpus, world, visible_gpus,
+                                    worker_index, worker_count))
+
+
+def _too_few_gpus(requested_backend: str, gpus: int | None, world: int, visible: int,
+                  worker_index: int, worker_count: int) -> str:
+    """Why a machine with GPUs cannot give this pool one per rank, and the ways out."""
+    offset = worker_index * world
+    subject, needs = ("--distperf-backend nccl", "needs") if requested_backend == "nccl" else (
+        (f"--gpus {gpus}", "needs") if gpus is not None
+        else (f"{worker_count} xdist workers of one rank each", "need"))
+    where = ""
+    if worker_count > 1:
+        where = (f" for xdist worker gw{worker_index} of {worker_count}, which takes "
+                 f"devices {offset}..{offset + world - 1}")
+    auto = ("; with GPUs visible, --distperf-backend auto does not fall back to CPU ranks"
+            if requested_backend == "auto" else "")
+    share = visible // worker_count
+    ranks = f"{world} rank{'s' if world > 1 else ''}"
+    each = f" ({share} GPUs for each of {worker_count} workers)" if worker_count > 1 else ""
+    ways = [f"--gpus {share} to run on the GPUs{each}" if 0 < share < world else "",
+            "fewer xdist workers" if worker_count > 1 else "",
+            f"--distperf-backend gloo to run {ranks} on the CPU on purpose"]
+    return (f"{subject} {needs} {offset + world} GPUs (one per rank{where}) but {visible} "
+            f"{'is' if visible == 1 else 'are'} visible{auto}; use "
+            f"{', or '.join(w for w in ways if w)}")
 
 
 def resolve_thresholds(*layers: Mapping[str, float] | None) -> dict[str, float]:
@@ -399,6 +433,7 @@ HELP_JSON = "write every result and verdict as JSON to PATH"
 HELP_TRACE = "folder for the merged traces of dist_profiler"
 HELP_STRICT = "fail on inconclusive verdicts (too noisy to tell) too"
 HELP_SAME_RANKS = "re-measure ddp_step_timer steps on the pool's ranks, not fresh ones"
+HELP_ENV_NAME = "name the runner type: it keys the baselines in place of the machine's details"
 HELP_BIND = "bind each gloo rank to its own cores (baselines are kept apart by it)"
 HELP_SAVE_MEASUREMENTS = "measurements a save pools for a controlled metric (default 12)"
 HELP_TOLERANCE = "the relative change a comparison must catch (default 0.10)"

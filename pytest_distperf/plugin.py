@@ -26,6 +26,7 @@ from pytest_distperf.config import (
     HELP_BASELINES,
     HELP_BIND,
     HELP_ENABLE,
+    HELP_ENV_NAME,
     HELP_EXACT_TOLERANCE,
     HELP_EXPORT,
     HELP_GPUS,
@@ -43,6 +44,7 @@ from pytest_distperf.config import (
     DistperfConfig,
     parse_backend,
     parse_bool,
+    parse_env_name,
     parse_fraction,
     parse_gpus,
     parse_path,
@@ -81,6 +83,7 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--distperf-backend", "distperf_backend", "str", HELP_BACKEND),
     ("--distperf-save", "distperf_save", "flag", HELP_SAVE),
     ("--distperf-baselines", "distperf_baselines", "str", HELP_BASELINES),
+    ("--distperf-env-name", "distperf_env_name", "str", HELP_ENV_NAME),
     ("--distperf-timeout", "distperf_timeout", "str", HELP_TIMEOUT),
     ("--distperf-json", "distperf_json", "str", HELP_JSON),
     ("--distperf-trace", "distperf_trace", "str", HELP_TRACE),
@@ -183,6 +186,8 @@ def build_config(config: pytest.Config) -> DistperfConfig:
             values[ini] = parse_fraction(value, flag, source)
         elif ini == "distperf_save_measurements":
             values[ini] = parse_save_measurements(value, source)
+        elif ini == "distperf_env_name":
+            values[ini] = parse_env_name(value, source)
         else:
             # outputs (the JSON report, the trace folder) like --junitxml; the baselines
             # folder, which lives in the repository, always from the rootdir
@@ -204,6 +209,7 @@ def build_config(config: pytest.Config) -> DistperfConfig:
         exact_tolerance=values.get("distperf_exact_tolerance", DEFAULT_EXACT_TOLERANCE),
         save_measurements=values.get("distperf_save_measurements",
                                      DEFAULT_SAVE_MEASUREMENTS),
+        env_name=values.get("distperf_env_name", ""),
     )
 
 

@@ -19,6 +19,10 @@ from pytest_distperf.common.plaindata import from_dict as from_dict  # noqa: PLC
 from pytest_distperf.common.plaindata import to_dict as to_dict  # noqa: PLC0414
 from pytest_distperf.common.quantiles import median_or_nan
 
+#: The fields of an :class:`Environment` that describe the machine rather than the run: a
+#: pinned name (``--distperf-env-name``) stands for them in the key.
+MACHINE_FIELDS = ("device_model", "cpu_cores", "driver_version", "interconnect")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Environment:
@@ -40,22 +44,45 @@ class Environment:
     #: bound, the scheduler places them); a gloo collective ran 1.35-1.5x faster bound
     #: (docs/pool.md)
     bound_cores: int = 0
+    #: on NCCL ranks: the NVIDIA driver, torch's CUDA runtime, and how the GPUs are linked
+    #: ("nvlink", "pcie", "mixed"; "" on one GPU or where NVML could not tell)
+    driver_version: str = ""
+    cuda_version: str = ""
+    interconnect: str = ""
+    #: the pinned environment name (``--distperf-env-name``), "" where none is pinned
+    name: str = ""
+
+    def keyed(self) -> Environment:
+        """This environment as baselines are keyed by it: under a pinned name, which stands
+        for the machine, the machine's own details (:data:`MACHINE_FIELDS`) left blank."""
+        if not self.name:
+            return self
+        return dataclasses.replace(self, device_model="", cpu_cores=0, driver_version="",
+                                   interconnect="")
 
     def key(self) -> str:
         """A stable, readable key, e.g. ``gloo-cpu-w2-c2t1b1-torch2.13.0`` (2 cores, 1
-        thread per rank, each rank bound to 1 core; the device model is separate)."""
-        parts = [self.backend, self.device_type, f"w{self.world_size}"]
-        if self.cpu_cores:
-            bound = f"b{self.bound_cores}" if self.bound_cores else ""
-            parts.append(f"c{self.cpu_cores}t{self.threads_per_rank}{bound}")
-        parts.append(f"torch{self.torch_version.split('+')[0]}")
-        if self.nccl_version:
-            parts.append(f"nccl{self.nccl_version}")
+        thread per rank, each rank bound to 1 core; the device model is separate) or
+        ``nccl-cuda-w8-torch2.6.0-cuda12.4-nccl2.21.5-driver550.54.15-nvlink``."""
+        env = self.keyed()
+        parts = [env.backend, env.device_type, f"w{env.world_size}"]
+        if env.cpu_cores or env.threads_per_rank:
+            cores = f"c{env.cpu_cores}" if env.cpu_cores else ""
+            bound = f"b{env.bound_cores}" if env.bound_cores else ""
+            parts.append(f"{cores}t{env.threads_per_rank}{bound}")
+        parts.append(f"torch{env.torch_version.split('+')[0]}")
+        for prefix, value in (("cuda", env.cuda_version), ("nccl", env.nccl_version),
+                              ("driver", env.driver_version), ("", env.interconnect)):
+            if value:
+                parts.append(f"{prefix}{value}")
         return "-".join(parts)
 
     def baselines_key(self) -> str:
         """The key this environment's baselines live under, as verdicts name it: :meth:`key`
-        and the device model, e.g. ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc``."""
+        and the device model, e.g. ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc``; or, under a
+        pinned name, :meth:`key` ``@`` the name: ``gloo-cpu-w2-t1-torch2.13.0@ubuntu-latest``."""
+        if self.name:
+            return f"{self.key()}@{self.name}"
         model = re.sub(r"[^a-z0-9]+", "-", self.device_model.lower()).strip("-")
         return f"{self.key()}-{model or 'unknown'}"
 

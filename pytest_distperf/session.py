@@ -42,6 +42,7 @@ from pytest_distperf.records import (
     distinct,
 )
 from pytest_distperf.verdict import noise
+from pytest_distperf.verdict.environment import environment_of, save_warnings, with_pin_advice
 from pytest_distperf.verdict.thresholds import check_thresholds
 
 if TYPE_CHECKING:  # the verdict's rule and store need numpy: imported where they are used
@@ -211,18 +212,9 @@ class DistperfSession:
         """The environment key of results measured on ``world_size`` ranks."""
         size = world_size or self.world_size
         if size not in self._environments:
-            info = self.engine.rank_info()[0]
-            cpu = self.device_type == "cpu"
-            self._environments[size] = Environment(
-                backend=self.backend, device_type=self.device_type,
-                device_model=info["device_model"],
-                device_count=0 if cpu else size,
-                world_size=size, torch_version=info["torch_version"],
-                nccl_version=info["nccl_version"],
-                cpu_cores=int(info.get("cores", 0)) if cpu else 0,
-                threads_per_rank=int(info.get("threads", 0)) if cpu else 0,
-                bound_cores=int(info.get("bound_cores", 0)) if cpu else 0,
-            )
+            self._environments[size] = environment_of(
+                self.engine.rank_info()[:size], self.backend, self.device_type, size,
+                self.cfg.env_name)
         return self._environments[size]
 
     def header(self) -> str:
@@ -244,6 +236,9 @@ class DistperfSession:
             device = f"cpu ({os.cpu_count()} cores; {self.visible_gpus} CUDA devices visible)"
         text = (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
                 f"torch {torch.__version__}, pool: {pool}")
+        if self.cfg.env_name:
+            text += (f"\ndistperf: environment name {self.cfg.env_name!r} (pinned: it keys the "
+                     f"baselines in place of this machine's details)")
         cores = os.cpu_count() or 1
         if self.device_type == "cpu" and self.mode != "torchrun" and self.world_size > cores:
             text += (f"\ndistperf: warning: {self.world_size} ranks on {cores} CPU cores: the "
@@ -470,9 +465,14 @@ class DistperfSession:
             return [limits.file_error]
         assert judgement is not None
         path = self.baselines.path(key)
+        file, env = limits.file, limits.environment
+        stored = (file.environments(), file.test_environments(test)) if file else ({}, [])
         if isinstance(judgement, Save):  # written when the module's tests are done
             self.baselines.save(key, judgement.save_entries())
-        record.verdicts = judgement.verdicts()
+            for warning in save_warnings(env, *stored, str(path), os.environ):
+                item.warn(pytest.PytestWarning(warning))
+        record.verdicts = with_pin_advice(judgement.verdicts(), *stored, env,
+                                          skip=set(judgement.unusable))
         return self._verdict_lines(item, record.verdicts, path, limits.tolerance)
 
     def _verdict_lines(self, item: pytest.Item, verdicts: list[Verdict], path: Path,

@@ -17,6 +17,7 @@ from pytest_distperf.config import (
     ConfigError,
     format_size,
     parse_backend,
+    parse_env_name,
     parse_gpus,
     parse_path,
     parse_size,
@@ -104,7 +105,44 @@ class TestPlaceRanks:
     def test_auto_takes_nccl_with_a_gpu_per_rank(self) -> None:
         p = place_ranks("auto", None, 8, True)
         assert (p.world_size, p.backend, p.device_offset) == (8, "nccl", 0)
-        assert place_ranks("auto", 4, 2, True).backend == "gloo"  # too few GPUs: gloo
+        assert place_ranks("auto", 4, 4, True).backend == "nccl"
+
+    @pytest.mark.parametrize(("backend", "gpus", "visible", "nccl", "placed"), [
+        ("auto", 4, 0, False, (4, "gloo", 0)),  # no GPU: CPU ranks
+        ("auto", 4, 2, False, (4, "gloo", 0)),  # GPUs but no NCCL in this torch: CPU ranks
+        ("gloo", 4, 8, True, (4, "gloo", 0)),  # asked for
+        ("gloo", None, 8, True, (8, "gloo", 0)),
+    ])
+    def test_cpu_ranks_where_no_gpu_can_take_them_or_gloo_is_asked_for(
+            self, backend: str, gpus: int | None, visible: int, nccl: bool,
+            placed: tuple[int, str, int]) -> None:
+        p = place_ranks(backend, gpus, visible, nccl)
+        assert (p.world_size, p.backend, p.device_offset) == placed
+
+    @pytest.mark.parametrize(("backend", "gpus", "visible", "slot", "words"), [
+        ("auto", 4, 1, (0, 1), "--gpus 4 needs 4 GPUs (one per rank) but 1 is visible; with "
+         "GPUs visible, --distperf-backend auto does not fall back to CPU ranks; use --gpus 1 "
+         "to run on the GPUs, or --distperf-backend gloo to run 4 ranks on the CPU on purpose"),
+        ("auto", 4, 2, (0, 1), "--gpus 4 needs 4 GPUs (one per rank) but 2 are visible"),
+        ("nccl", 4, 2, (0, 1), "--distperf-backend nccl needs 4 GPUs (one per rank) but 2 are "
+         "visible; use --gpus 2 to run on the GPUs, or --distperf-backend gloo to run 4 ranks"),
+        ("auto", 4, 6, (1, 2), "--gpus 4 needs 8 GPUs (one per rank for xdist worker gw1 of 2, "
+         "which takes devices 4..7) but 6 are visible; with GPUs visible, --distperf-backend "
+         "auto does not fall back to CPU ranks; use --gpus 3 to run on the GPUs (3 GPUs for "
+         "each of 2 workers), or fewer xdist workers, or --distperf-backend gloo"),
+        ("nccl", 4, 6, (1, 2), "--distperf-backend nccl needs 8 GPUs (one per rank for xdist "
+         "worker gw1 of 2, which takes devices 4..7) but 6 are visible"),
+        ("auto", None, 2, (3, 4), "4 xdist workers of one rank each need 4 GPUs (one per rank "
+         "for xdist worker gw3 of 4, which takes devices 3..3) but 2 are visible; with GPUs "
+         "visible, --distperf-backend auto does not fall back to CPU ranks; use fewer xdist "
+         "workers, or --distperf-backend gloo to run 1 rank on the CPU on purpose"),
+    ])
+    def test_too_few_gpus_is_an_error_that_names_both_numbers_and_the_ways_out(
+            self, backend: str, gpus: int | None, visible: int, slot: tuple[int, int],
+            words: str) -> None:
+        with pytest.raises(ConfigError) as info:
+            place_ranks(backend, gpus, visible, True, *slot)
+        assert str(info.value).startswith(words)
 
     def test_xdist_workers_split_the_devices(self) -> None:
         # 8 GPUs, --gpus 4, two workers: gw0 takes 0..3, gw1 takes 4..7
@@ -114,16 +152,24 @@ class TestPlaceRanks:
         p = place_ranks("auto", None, 8, True, 3, 4)
         assert (p.world_size, p.backend, p.device_offset) == (2, "nccl", 6)
 
-    def test_too_few_gpus_for_an_xdist_worker(self) -> None:
-        with pytest.raises(ConfigError, match=r"needs 8 GPUs \(one per rank for xdist worker "
-                                              r"gw1 of 2, which takes devices 4\.\.7\) but 6 "
-                                              r"are visible"):
-            place_ranks("nccl", 4, 6, True, 1, 2)
-        assert place_ranks("auto", 4, 6, True, 1, 2).backend == "gloo"
-
     def test_nccl_without_cuda(self) -> None:
         with pytest.raises(ConfigError, match="no CUDA/NCCL support"):
             place_ranks("nccl", 2, 0, False)
+
+
+@pytest.mark.parametrize(("value", "name"), [
+    ("ubuntu-latest", "ubuntu-latest"), (" h100x8 ", "h100x8"), ("gh.4core_x86", "gh.4core_x86"),
+    ("a" * 64, "a" * 64),
+])
+def test_an_environment_name_is_a_short_plain_name(value: str, name: str) -> None:
+    assert parse_env_name(value, "test") == name
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "my runner", "-x", "a" * 65, "gpu/8", "x@y", "é"])
+def test_an_environment_name_that_is_not_is_refused_with_what_a_name_may_hold(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--distperf-env-name: expected a name of letters, "
+                                          r"digits.*e\.g\. ubuntu-latest or h100x8 \(from test\)"):
+        parse_env_name(bad, "test")
 
 
 def test_records_round_trip_through_json() -> None:

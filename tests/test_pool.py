@@ -481,6 +481,9 @@ def test_skipped_without_distperf(pytester: pytest.Pytester) -> None:
                                         "gloo, got 'mpi'*"),
         (("--distperf-timeout", "-3"), "ERROR: --distperf-timeout: expected a positive*"),
         (("--distperf-backend", "nccl"), "ERROR: --distperf-backend nccl: *"),
+        (("--distperf-env-name", "my runner"), "ERROR: --distperf-env-name: expected a name of "
+                                               "*got 'my runner'*(from --distperf-env-name on "
+                                               "the command line)"),
     ],
 )
 def test_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message: str) -> None:
@@ -489,6 +492,37 @@ def test_usage_errors(pytester: pytest.Pytester, args: tuple[str, ...], message:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+@pytest.fixture
+def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's torch tells of one usable GPU (the in-process runs share it): how a
+    GPU machine looks to the plugin when it places the ranks, which is all that is run."""
+    import torch
+    import torch.distributed as dist
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
+
+
+def test_too_few_gpus_is_a_usage_error_not_cpu_ranks(pytester: pytest.Pytester,
+                                                      one_gpu: None) -> None:
+    pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--gpus", "4",
+                                "--distperf-backend", "auto")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: --gpus 4 needs 4 GPUs (one per rank) but 1 is visible; with GPUs visible, "
+        "--distperf-backend auto does not fall back to CPU ranks; use --gpus 1 to run on the "
+        "GPUs, or --distperf-backend gloo to run 4 ranks on the CPU on purpose"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    # gloo asked for: CPU ranks, and the header says that a GPU is there
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--gpus", "4",
+                                "--distperf-backend", "gloo", "--collect-only")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["distperf: 4 ranks, backend gloo, device cpu (*; 1 CUDA "
+                                 "devices visible)*"])
 
 
 def test_usage_error_from_ini(pytester: pytest.Pytester) -> None:

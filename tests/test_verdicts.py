@@ -276,6 +276,67 @@ def test_test_files_outside_the_rootdir_keep_their_own_baselines(
     assert not (root / "perf_baselines" / "tests.toml").exists()
 
 
+def test_a_key_that_holds_the_machine_is_said_and_a_pinned_name_joins_the_machines(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GitHub-hosted runner (its variables set here) beside a baseline of another CPU
+    model: the comparison is not comparable and advises a pinned name, the save warns twice
+    (the CPU model in the key; an entry that differs in the machine alone), and a save under
+    a pinned name keys the baseline by the name, which a runner of another CPU model meets."""
+    import torch
+
+    from pytest_distperf.pool.launcher import host_cores, threads_per_rank
+    from pytest_distperf.rank.worker import describe
+    from pytest_distperf.verdict.environment import environment_of
+
+    pytester.makepyfile(test_key=textwrap.dedent("""
+        def test_it(nccl_group):
+            nccl_group.measure("noop", lambda: None, iters=5, warmup=0)
+    """))
+    here = {**describe(0, "gloo", None), "cores": len(host_cores()),
+            "threads": threads_per_rank(2), "torch_version": torch.__version__}
+    other = environment_of([{**here, "device_model": "Other CPU 9000"}] * 2, "gloo", "cpu", 2)
+    path = pytester.path / "perf_baselines" / "test_key.toml"
+    base = bl.StoredMetric("s", False, bl.Measured(1e-6, bl.Samples((1e-6,) * 5)))
+    bl.save_test(path, "test_key.py", "test_it", [bl.SaveEntry(other, {"noop.time_s": base})])
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("RUNNER_ENVIRONMENT", "github-hosted")
+
+    result = pytester.runpytest(*RUN)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        f"*NOT COMPARABLE*noop.time_s*baselines exist only for other environments "
+        f"({bl.environment_id(other)})*device_model 'Other CPU 9000' there*those baselines differ "
+        "from this run in the machine's details alone: if these runners are of one type, pin a "
+        "name for the runner type*"
+        "--distperf-env-name NAME (ini distperf_env_name)*"])
+
+    result = pytester.runpytest(*RUN, *SAVE)
+    result.assert_outcomes(passed=1)
+    text = " ".join(result.stdout.str().split())  # the warnings summary wraps long lines
+    assert f"distperf: these baselines are keyed by the CPU model {here['device_model']!r}, " \
+           "which GitHub-hosted runners of one label do not keep from run to run" in text
+    assert f"distperf: {path} already holds baselines of this test for " \
+           f"{bl.environment_id(other)}, which differs from this run only in the machine's " \
+           "details (device_model 'Other CPU 9000' there" in text
+
+    pytester.makeini("[pytest]\ndistperf_env_name = ci-box\n")
+    result = pytester.runpytest(*RUN, *SAVE)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["distperf: environment name 'ci-box' (pinned: *"])
+    assert "keyed by the CPU model" not in result.stdout.str()
+    file = bl.load(path)
+    assert file is not None
+    pinned = environment_of([here] * 2, "gloo", "cpu", 2, "ci-box")
+    assert bl.environment_id(pinned) in file.test_environments("test_it")
+    assert bl.environment_id(pinned).endswith("@ci-box")
+    # a runner of another CPU model under the same name meets that baseline
+    elsewhere = environment_of([{**here, "device_model": "Other CPU 9000"}] * 2, "gloo", "cpu",
+                               2, "ci-box")
+    assert file.metrics("test_it", bl.environment_id(elsewhere)) is not None
+    assert bl.same_environment(file.environments()[bl.environment_id(elsewhere)],
+                               elsewhere) == ""
+
+
 def test_concurrent_saves_from_xdist_workers_lose_nothing(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_many=textwrap.dedent("""

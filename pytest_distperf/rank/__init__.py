@@ -6,6 +6,8 @@ controller sends them work through the pool (:mod:`pytest_distperf.pool`) and ge
 (:mod:`pytest_distperf.records`): plain frozen dataclasses, never torch objects.
 
 * :mod:`~pytest_distperf.rank.worker`: the loop of a spawned rank (receive, run, reply);
+* :mod:`~pytest_distperf.rank.gpu`: an NCCL rank's driver, CUDA runtime and NVLinks, for the
+  environment key;
 * :mod:`~pytest_distperf.rank.clock`: the one clock (CUDA events or ``perf_counter``) and the
   barrier-aligned timing loop with its host-speed control;
 * :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;

@@ -32,6 +32,8 @@ from typing import Any
 
 import cloudpickle
 
+from pytest_distperf.rank.gpu import gpu_facts
+
 #: The environment variable that marks a pool's rank processes and their children
 #: (:mod:`pytest_distperf.pool.leftovers` finds them by it).
 POOL_MARKER = "DISTPERF_POOL"
@@ -352,6 +354,7 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
             torch.cuda.get_device_properties(device_index).total_memory)
         with contextlib.suppress(Exception):
             info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        info.update(gpu_facts(device_index))  # the driver, the CUDA runtime, the NVLinks
     return info
 
 

@@ -8,6 +8,8 @@ docs/verdict-rule.md states the verdict rule; each of its sentences names the co
 
 * :mod:`~pytest_distperf.verdict.thresholds`: the limits (defaults, ini, baseline file,
   marker) and the breach check;
+* :mod:`~pytest_distperf.verdict.environment`: the environment key: built from the ranks'
+  facts, compared with a stored one, what a save warns about it;
 * :mod:`~pytest_distperf.verdict.store`: baseline files: where, what they hold, load, save;
 * :mod:`~pytest_distperf.verdict.storefile`: a baseline file's layout: versions 1 and 2
   read and validated, version 2 written;
@@ -77,12 +79,12 @@ _EXPORTS = {
     "SCHEMA_VERSION": "pytest_distperf.verdict.store",
     "BaselineError": "pytest_distperf.verdict.store",
     "BaselineFile": "pytest_distperf.verdict.store",
-    "same_environment": "pytest_distperf.verdict.store",
+    "same_environment": "pytest_distperf.verdict.environment",
     "SaveEntry": "pytest_distperf.verdict.store",
     "SessionFiles": "pytest_distperf.verdict.store",
     "StoredMetric": "pytest_distperf.verdict.store",
     "baseline_path": "pytest_distperf.verdict.store",
-    "environment_id": "pytest_distperf.verdict.store",
+    "environment_id": "pytest_distperf.verdict.environment",
     "load": "pytest_distperf.verdict.store",
     "save_test": "pytest_distperf.verdict.store",
     "save_tests": "pytest_distperf.verdict.store",

@@ -26,11 +26,14 @@ from typing import Any
 from pytest_distperf.common.files import write_atomically
 from pytest_distperf.common.quantiles import median_or_nan
 from pytest_distperf.records import EXACT, Environment, Measured, Samples
+from pytest_distperf.verdict.environment import (
+    environment_id,
+    environment_table,
+    same_environment,
+)
 from pytest_distperf.verdict.stats import estimate
 from pytest_distperf.verdict.storefile import (
     ENTRY_HEAD,
-    ENV_FIELDS,
-    OPTIONAL_ENV_FIELDS,
     SCHEMA_VERSION,
     THRESHOLD_KEYS,
     TIME_UNITS,
@@ -72,32 +75,6 @@ def baseline_path(root: Path, nodeid: str) -> Path:
     parts = [("__" if p == ".." else p) for p in Path(module).parts if p not in ("/", ".")]
     relative = Path(*parts) if parts else Path("tests")
     return root / relative.with_suffix(".toml")
-
-
-def environment_id(env: Environment) -> str:
-    """The key an environment's baselines live under, e.g.
-    ``gloo-cpu-w2-c2t1-torch2.13.0-amd-epyc`` or
-    ``nccl-cuda-w8-torch2.6.0-nccl2.21.5-nvidia-h100`` (:meth:`Environment.baselines_key`).
-    """
-    return env.baselines_key()
-
-
-def _env_table(env: Environment) -> dict[str, Any]:
-    return {name: getattr(env, name) for name, _ in (*ENV_FIELDS, *OPTIONAL_ENV_FIELDS)}
-
-
-def same_environment(stored: Mapping[str, Any], env: Environment) -> str:
-    """Empty when ``stored`` describes ``env``; else what differs."""
-    differences = []
-    for name, _ in (*ENV_FIELDS, *OPTIONAL_ENV_FIELDS):
-        mine, theirs = getattr(env, name), stored.get(name)
-        if theirs is None and (name, int) in OPTIONAL_ENV_FIELDS:
-            theirs = 0
-        if name == "torch_version":  # the local build tag (+cpu, +cu124) is not compared
-            mine, theirs = str(mine).split("+")[0], str(theirs).split("+")[0]
-        if mine != theirs:
-            differences.append(f"{name} {theirs!r} there, {mine!r} here")
-    return "; ".join(differences)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -391,7 +368,7 @@ def _merged(current: BaselineFile, module: str,
     for test, entries in saves:
         for entry in entries:
             env_id = environment_id(entry.environment)
-            table = _env_table(entry.environment)
+            table = environment_table(entry.environment)
             if "thresholds" in envs.get(env_id, {}):
                 table["thresholds"] = envs[env_id]["thresholds"]
             envs[env_id] = table
