@@ -26,9 +26,10 @@ close model of a run, not a copy.  The figures are printed per work (clean, +10%
         --save-pick 0,1,2 --save-pick 3,4,5    # baselines of three of the save's six
 
 ``--save-now`` rebuilds each baseline as a save takes it now (judgement.save_pool, stopping
-where judgement.save_done says).  ``--save-pick`` rebuilds each block's baseline from those of its save's recorded measurements
-(by index), as a save stores them (the quiet ones pooled, less those slowed alone): how the
-verdicts depend on the number of measurements a save takes (R65 in verdict_quality.md).
+where judgement.save_done says).  ``--save-pick`` rebuilds each block's baseline from those
+of its save's recorded measurements (by index), as a save stores them (the quiet ones
+pooled, less those set aside): how the verdicts depend on the number of measurements a save
+takes (R65 in verdict_quality.md).
 
 Results: benchmarks/verdict_quality.md (R42-R47).
 """
@@ -40,6 +41,7 @@ import collections
 import dataclasses
 import gzip
 import json
+import math
 import random
 import sys
 from collections.abc import Iterator
@@ -47,15 +49,16 @@ from pathlib import Path
 from typing import Any
 
 from pytest_distperf.common.quantiles import median_or_nan
-from pytest_distperf.records import Measured, Samples, from_dict
 from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
+from pytest_distperf.records import Measured, Samples, from_dict
 from pytest_distperf.verdict import judgement, readings, rule
 from pytest_distperf.verdict.judgement import MAX_ROUNDS
 from pytest_distperf.verdict.measurements import pooled
 from pytest_distperf.verdict.store import BaselineFile, StoredMetric
 
-#: The tolerance the benchmark runs with (the plugin's default).
-TOLERANCE = 0.10
+#: The tolerance the recordings are judged at: their line (5%) when they were recorded,
+#: half their 10% tolerance then; the tolerance is the line now (``--tolerance``).
+TOLERANCE = 0.05
 
 
 def load_runs(path: Path) -> dict[str, Any]:
@@ -151,7 +154,7 @@ def rebuilt(base: StoredMetric, saved: list[dict[str, Any]], pick: list[int],
 
 def _pool(base: StoredMetric, every: list[Measured], level: float) -> list[Measured]:
     hib = base.higher_is_better
-    if level != level:  # NaN
+    if math.isnan(level):
         level = median_or_nan([readings.control_level(m) for m in every])
     limit = rule.spread_limit([m.samples.values for m in every], hib, floor=False)
     return judgement.save_pool(every, save_level=level, tolerance=TOLERANCE,
@@ -257,10 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-pick", action="append", metavar="I,J,...",
                         help="rebuild each baseline from these of its save's measurements "
                              "(indices from 0); repeatable (default: the baseline as stored)")
+    parser.add_argument("--tolerance", type=float, default=0.05,
+                        help="judge at this tolerance (default 0.05: the line the "
+                             "recordings were judged at)")
     parser.add_argument("--save-now", action="store_true",
                         help="rebuild each baseline as a save takes it now: its recorded "
                              "measurements in order until the save would stop")
     args = parser.parse_args(argv)
+    global TOLERANCE
+    TOLERANCE = args.tolerance
     picks: list[list[int] | None] = [None]
     if args.save_pick:
         try:

@@ -40,8 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "examples" / "ci"
 WORKFLOW = load(CI / "distperf.yml")
 LABEL = "distperf-resave"
-#: Added on another branch now; the recipe uses it already (remove once the plugin has it).
-PENDING = {"--distperf-env-name"}
 
 
 class _Options:
@@ -151,7 +149,7 @@ def test_the_recipe_passes_only_options_the_plugin_has(variant: str) -> None:
     used = set(re.findall(r"--distperf[a-z-]*|--gpus\b", text))
     assert {"--distperf", "--distperf-save", "--distperf-json", "--distperf-export",
             "--distperf-strict", "--distperf-env-name"} <= used
-    assert used <= plugin_flags() | PENDING, used - plugin_flags()
+    assert used <= plugin_flags(), used - plugin_flags()
     exports = re.findall(r"--distperf-export\s+(\S+)\s+(\S+)", text)
     assert {fmt for fmt, _ in exports} == {"bmf", "gab"} <= set(FORMATS)
     # github-action-benchmark reads the gab files, each in its own direction, under a name
@@ -412,8 +410,7 @@ PERF = textwrap.dedent("""
 
 def _step_env(tmp_path: Path, git_env: dict[str, str]) -> dict[str, str]:
     """What the steps run with here: this Python as ``python`` and ``pytest``, the plugin
-    from this checkout, a save of one measurement, and the recipe's options less those the
-    plugin does not have yet."""
+    from this checkout, a save of one measurement, and the recipe's options."""
     folder = tmp_path / "bin"
     folder.mkdir()
     for name, args in (("python", ""), ("pytest", " -m pytest")):
@@ -423,8 +420,6 @@ def _step_env(tmp_path: Path, git_env: dict[str, str]) -> dict[str, str]:
     env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
     env["PYTEST_ADDOPTS"] += " -p distperf_one_save -p no:cacheprovider"
     args = WORKFLOW["env"]["DISTPERF_ARGS"]
-    for flag in PENDING - plugin_flags():
-        args = re.sub(rf"{flag} \S+", "", args)
     return {**env, **git_env, "DISTPERF_CI": str(CI), "DISTPERF_ARGS": args}
 
 

@@ -305,7 +305,7 @@ def explain(verdicts: Sequence[Verdict], labels: Mapping[str, str],
     """``verdicts`` with ``explanation`` filled in where the verdict is one of
     ``EXPLAINED``: the changes of the other metrics of the same measurement (``labels``:
     metric -> the label of the measurement that recorded it).  ``tolerance``: a phase that
-    moved by less than half of it is "unchanged"."""
+    moved by no more than it is "unchanged"."""
     groups: dict[str, list[Verdict]] = {}
     for v in verdicts:
         groups.setdefault(labels.get(v.metric, ""), []).append(v)
@@ -450,7 +450,7 @@ def phase_changes(verdicts: Sequence[Verdict], tolerance: float) -> str:
         change, b, c = v.change, float(v.baseline or 0.0), float(v.current or 0.0)
         if change is None and c != b:
             words.append(f"{word} {b * 1e3:.3g} -> {c * 1e3:.3g} ms")
-        elif change is None or abs(change) < tolerance / 2:
+        elif change is None or abs(change) <= tolerance:
             words.append(f"{word} unchanged")
         else:
             words.append(f"{word} {change:+.0%}")

@@ -63,7 +63,7 @@ _BETWEEN_SLOPE = 1.0
 _MEMORY_SLOPE_MAX = 1.5
 #: A measurement this many times the tolerance slower than the fastest of the run's others
 #: (each relative to its own control) was slowed by something the noise probe cannot see.
-_OUTLIER_FACTOR = 3.0
+_OUTLIER_FACTOR = 6.0
 #: The median absolute deviation of normal figures times this (1.4826) is their standard
 #: deviation.
 _MAD_TO_SD = 1.0 / statistics.NormalDist().inv_cdf(0.75)
@@ -219,11 +219,11 @@ def control_level(m: Measured) -> float:
 def contradicted(measurements: Sequence[Measured], save_level: float,
                  tolerance: float) -> list[bool]:
     """Per measurement of one metric in a save: whether its control level sits more than
-    :func:`outlier_limit` from ``save_level`` (the median log control level of every
-    measurement of the save) while the median of its samples sits within that of the
-    metric's usual (their median over ``measurements``): the control read a moment its
-    metric did not see, and stored, it would move every later comparison by as much."""
-    limit = math.log1p(outlier_limit(tolerance))
+    the tolerance from ``save_level`` (the median log control level of every measurement
+    of the save) while the median of its samples sits within it of the metric's usual
+    (their median over ``measurements``): the control read a moment its metric did not
+    see, and stored, it would move every later comparison by as much, past the line."""
+    limit = math.log1p(tolerance)
     levels = [math.log(median_or_nan(m.samples.values)) for m in measurements]
     usual = median_or_nan(levels)
     return [abs(control_level(m) - save_level) > limit and abs(level - usual) <= limit

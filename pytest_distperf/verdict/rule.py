@@ -57,9 +57,6 @@ from pytest_distperf.verdict.store import StoredMetric
 
 T = TypeVar("T")
 
-#: A change is suspected at this fraction of the tolerance: the midpoint between no change
-#: and a change of the tolerance, where either mistake is least likely.
-_DECISION_FRACTION = 0.5
 #: One-sided Mann-Whitney U significance a regression or an improvement needs.
 _ALPHA = 0.01
 #: A measurement whose samples spread more than this ((median - estimate) / estimate) is
@@ -80,7 +77,7 @@ _CONFIRM_ROUNDS = 3
 _CONTROL_MEASUREMENTS = 6
 #: ... taken only while the pooled change is worse by this fraction of the tolerance: a
 #: clean run rarely needs more than two.
-_SCREEN_FRACTION = 0.25
+_SCREEN_FRACTION = 0.5
 #: An improvement with the control needs this many measurements, the last one better than
 #: the line on its own: one set of rank processes runs a few percent faster than another.
 _IMPROVEMENT_MEASUREMENTS = 2
@@ -129,9 +126,9 @@ class Decision(NamedTuple):
 
 
 def _past(worse: float, tolerance: float) -> bool:
-    """Sentence 2: a change past the decision line (in the bad direction; the better
+    """Sentence 2: a change larger than the tolerance (in the bad direction; the better
     direction with ``-worse``)."""
-    return worse != 0 and worse >= tolerance * _DECISION_FRACTION
+    return worse > tolerance
 
 
 def _significant(p: float | None) -> bool:
@@ -399,9 +396,9 @@ def detectable(base: StoredMetric) -> Detectable | None:
 
 
 def tells_the_line(told: Detectable | None, tolerance: float) -> bool:
-    """Whether a save's measurements tell a change at the decision line (sentence 2) as
-    often as :func:`detectable` asks; False where they say nothing."""
-    return told is not None and told.change <= tolerance * _DECISION_FRACTION
+    """Whether a save's measurements tell a change of the tolerance (the decision line,
+    sentence 2) as often as :func:`detectable` asks; False where they say nothing."""
+    return told is not None and told.change <= tolerance
 
 
 def detectable_levels(levels: Sequence[float], higher_is_better: bool) -> Detectable:
