@@ -18,10 +18,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
+from pytest_distperf.analysis.traces.device import device_busy_s
 from pytest_distperf.analysis.traces.merge import load_trace
 from pytest_distperf.analysis.traces.rank_timeline import CommOp, timeline
-from pytest_distperf.common.intervals import union_length
 from pytest_distperf.fixtures.results.steps import CommCount
+
+# device_busy_s too: the step timer reads the step's busy time with its counts
+__all__ = ["census", "count_ops", "device_busy_s", "group_key"]
 
 
 def count_ops(per_rank: Sequence[Sequence[CommOp]]) -> tuple[CommCount, ...]:
@@ -55,11 +58,3 @@ def census(traces: Sequence[bytes]) -> tuple[CommCount, ...]:
            for rank, t in enumerate(traces) if t]
     return count_ops(ops)
 
-
-def device_busy_s(traces: Sequence[bytes]) -> tuple[float, ...]:
-    """Per rank, the seconds its GPU ran kernels in the counted step (compute and
-    communication together); () where the traces hold no kernels (CPU ranks)."""
-    lines = [timeline(load_trace(zlib.decompress(t)), rank) for rank, t in enumerate(traces) if t]
-    if not lines or not all(line.device for line in lines):
-        return ()
-    return tuple(union_length([*line.comm, *line.compute]) / 1e6 for line in lines)

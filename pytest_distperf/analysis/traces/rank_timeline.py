@@ -101,7 +101,9 @@ class Timeline:
 
 
 @dataclasses.dataclass(slots=True)
-class _Ev:
+class Event:
+    """One complete (``X``) event of a trace, times in microseconds on the merged clock."""
+
     name: str
     cat: str
     pid: Any
@@ -117,7 +119,7 @@ class _Ev:
 
 @dataclasses.dataclass(slots=True)
 class _Draft:
-    event: _Ev
+    event: Event
     name: str
     nelems: int
     dtype: str
@@ -127,10 +129,10 @@ class _Draft:
     group_ranks: tuple[int, ...]
     seq: int | None
     source: str
-    execs: list[_Ev] = dataclasses.field(default_factory=list)
+    execs: list[Event] = dataclasses.field(default_factory=list)
 
 
-Exec = tuple[_Ev, int | None, str]  # an execution: (event, the call it is linked to, name)
+Exec = tuple[Event, int | None, str]  # an execution: (event, the call it is linked to, name)
 
 
 def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) -> Timeline:
@@ -139,11 +141,11 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
     ``shift_us`` moves the trace onto a shared clock (see
     :func:`~pytest_distperf.analysis.traces.merge.merge_traces`).
     """
-    evs = _complete_events(trace, shift_us)
-    region = _region(evs)
+    evs = complete_events(trace, shift_us)
+    region = region_of(evs)
     drafts, source = _calls(evs)
     kernels = [e for e in evs if e.cat == "kernel"]
-    coalesced: list[_Ev] = []
+    coalesced: list[Event] = []
     if kernels:
         comm_execs, compute, coalesced = _split_kernels(kernels, drafts, evs)
     else:
@@ -168,30 +170,30 @@ def timeline(trace: Mapping[str, Any], rank: int = 0, *, shift_us: float = 0.0) 
     )
 
 
-def _steps(evs: Sequence[_Ev], region: tuple[float, float]) -> tuple[tuple[float, float], ...]:
+def _steps(evs: Sequence[Event], region: tuple[float, float]) -> tuple[tuple[float, float], ...]:
     """The ``ProfilerStep#<n>`` spans inside the region, in order (the outermost of each;
     the host's spans: a GPU timeline's copy of the annotation is not a step of its own)."""
     spans = [e for e in evs if e.name.startswith(PROFILER_STEP) and not e.cat.startswith("gpu")
              and e.cat != "kernel" and e.start >= region[0] and e.end <= region[1]]
-    return tuple((e.start, e.end) for e in _outermost(spans))
+    return tuple((e.start, e.end) for e in outermost(spans))
 
 
-def _calls(evs: Sequence[_Ev]) -> tuple[list[_Draft], str]:
+def _calls(evs: Sequence[Event]) -> tuple[list[_Draft], str]:
     """The collective calls the rank issued, and where they were read from: the
     ``record_param_comms`` metadata where there is any, else the ``c10d::`` operators."""
     rpc = [e for e in evs if e.name == "record_param_comms" and e.cat != "kernel"
            and canonical_collective(str(e.args.get("Collective name", "")))
            not in NOT_COLLECTIVES]
     if rpc:
-        return _unique_calls(_draft_from_metadata(e) for e in _outermost(rpc)), \
+        return _unique_calls(_draft_from_metadata(e) for e in outermost(rpc)), \
             "record_param_comms"
     c10d = [e for e in evs if e.cat != "kernel" and e.name.startswith(COMM_OP_PREFIXES)
             and canonical_collective(e.name) in ALIASES.values()]
-    return [_draft_from_operator(e) for e in _outermost(c10d)], "c10d ops"
+    return [_draft_from_operator(e) for e in outermost(c10d)], "c10d ops"
 
 
-def _split_kernels(kernels: Sequence[_Ev], drafts: Sequence[_Draft], evs: Sequence[_Ev]
-                   ) -> tuple[list[Exec], list[tuple[float, float]], list[_Ev]]:
+def _split_kernels(kernels: Sequence[Event], drafts: Sequence[_Draft], evs: Sequence[Event]
+                   ) -> tuple[list[Exec], list[tuple[float, float]], list[Event]]:
     """GPU kernels as communication (linked to a call, or carrying collective metadata),
     coalesced communication, or compute.
 
@@ -201,10 +203,10 @@ def _split_kernels(kernels: Sequence[_Ev], drafts: Sequence[_Draft], evs: Sequen
     carries no metadata of its own.  Such kernels are communication, not attributed to
     any one call of the group (which keep their host-side duration)."""
     # Everything a collective call did on its own thread belongs to communication.
-    calls_by_thread = _by_thread([d.event for d in drafts])
+    calls_by_thread = by_thread([d.event for d in drafts])
     groups = [e for e in evs if e.name == "record_param_comms" and e.cat != "kernel"
               and canonical_collective(str(e.args.get("Collective name", ""))) == "coalesced"]
-    groups_by_thread = _by_thread(groups)
+    groups_by_thread = by_thread(groups)
     ext_to_op: dict[Any, int] = {}
     corr_to_op: dict[Any, int] = {}
     group_ext: set[Any] = set()
@@ -212,21 +214,21 @@ def _split_kernels(kernels: Sequence[_Ev], drafts: Sequence[_Draft], evs: Sequen
     op_index = {id(d.event): i for i, d in enumerate(drafts)}
     runtime = ("cuda_runtime", "cuda_driver", "runtime")
     for e in evs:
-        container = _container(calls_by_thread, e)
+        container = enclosing(calls_by_thread, e)
         if container is not None:
             i = op_index[id(container)]
             if e.cat != "kernel" and "External id" in e.args:
                 ext_to_op.setdefault(e.args["External id"], i)
             if "correlation" in e.args and e.cat in runtime:
                 corr_to_op[e.args["correlation"]] = i
-        elif _container(groups_by_thread, e) is not None:
+        elif enclosing(groups_by_thread, e) is not None:
             if e.cat != "kernel" and "External id" in e.args:
                 group_ext.add(e.args["External id"])
             if "correlation" in e.args and e.cat in runtime:
                 group_corr.add(e.args["correlation"])
     comm_execs: list[Exec] = []
     compute: list[tuple[float, float]] = []
-    coalesced: list[_Ev] = []
+    coalesced: list[Event] = []
     for k in kernels:
         linked = ext_to_op.get(k.args.get("External id"))
         if linked is None:
@@ -246,22 +248,23 @@ def _split_kernels(kernels: Sequence[_Ev], drafts: Sequence[_Draft], evs: Sequen
     return comm_execs, compute, coalesced
 
 
-def _split_cpu_ops(evs: Sequence[_Ev], drafts: Sequence[_Draft]
+def _split_cpu_ops(evs: Sequence[Event], drafts: Sequence[_Draft]
                    ) -> tuple[list[Exec], list[tuple[float, float]]]:
     """No kernels (gloo on CPU): gloo's ``gloo:<collective>`` runs are communication; CPU
     operators outside every collective call and gloo run are compute."""
     gloo = [e for e in evs if e.cat != "kernel" and e.name.startswith("gloo:")]
     comm_execs: list[Exec] = [(e, None, canonical_collective(e.name)) for e in gloo]
-    busy_by_thread = _by_thread([d.event for d in drafts] + gloo)
+    busy_by_thread = by_thread([d.event for d in drafts] + gloo)
     compute = [(e.start, e.end) for e in evs
                if e.cat == "cpu_op" and e.name != "record_param_comms"
                and not e.name.startswith(COMM_OP_PREFIXES)
-               and _container(busy_by_thread, e) is None]
+               and enclosing(busy_by_thread, e) is None]
     return comm_execs, compute
 
 
-def _complete_events(trace: Mapping[str, Any], shift_us: float) -> list[_Ev]:
-    out: list[_Ev] = []
+def complete_events(trace: Mapping[str, Any], shift_us: float = 0.0) -> list[Event]:
+    """The trace's complete events with a numeric time, by start (the longest first)."""
+    out: list[Event] = []
     for e in trace_events(trace):
         if e.get("ph") != "X":
             continue
@@ -270,14 +273,15 @@ def _complete_events(trace: Mapping[str, Any], shift_us: float) -> list[_Ev]:
             continue
         args = e.get("args")
         start = float(ts) + shift_us
-        out.append(_Ev(str(e.get("name", "")), str(e.get("cat", "")), e.get("pid"), e.get("tid"),
-                       start, start + max(float(dur), 0.0),
-                       args if isinstance(args, dict) else {}))
+        out.append(Event(str(e.get("name", "")), str(e.get("cat", "")), e.get("pid"),
+                         e.get("tid"), start, start + max(float(dur), 0.0),
+                         args if isinstance(args, dict) else {}))
     out.sort(key=lambda e: (e.start, -e.end))
     return out
 
 
-def _region(evs: Sequence[_Ev]) -> tuple[float, float]:
+def region_of(evs: Sequence[Event]) -> tuple[float, float]:
+    """The profiled region: the longest :data:`REGION_NAME` event, else the whole trace."""
     marked = [e for e in evs if e.name == REGION_NAME]
     if marked:
         best = max(marked, key=lambda e: e.dur)
@@ -287,20 +291,20 @@ def _region(evs: Sequence[_Ev]) -> tuple[float, float]:
     return min(e.start for e in evs), max(e.end for e in evs)
 
 
-def _by_thread(evs: Iterable[_Ev]) -> dict[tuple[Any, Any], tuple[list[float], list[_Ev]]]:
+def by_thread(evs: Iterable[Event]) -> dict[tuple[Any, Any], tuple[list[float], list[Event]]]:
     """Per thread, outermost events sorted by start (and their starts, for bisect)."""
-    groups: dict[tuple[Any, Any], list[_Ev]] = defaultdict(list)
+    groups: dict[tuple[Any, Any], list[Event]] = defaultdict(list)
     for e in evs:
         groups[(e.pid, e.tid)].append(e)
-    out: dict[tuple[Any, Any], tuple[list[float], list[_Ev]]] = {}
+    out: dict[tuple[Any, Any], tuple[list[float], list[Event]]] = {}
     for key, items in groups.items():
-        outer = _outermost(items)
+        outer = outermost(items)
         out[key] = ([e.start for e in outer], outer)
     return out
 
 
-def _container(index: Mapping[tuple[Any, Any], tuple[list[float], list[_Ev]]],
-               e: _Ev) -> _Ev | None:
+def enclosing(index: Mapping[tuple[Any, Any], tuple[list[float], list[Event]]],
+              e: Event) -> Event | None:
     """The outermost indexed event on ``e``'s thread that contains ``e`` (or is ``e``)."""
     entry = index.get((e.pid, e.tid))
     if entry is None:
@@ -312,9 +316,9 @@ def _container(index: Mapping[tuple[Any, Any], tuple[list[float], list[_Ev]]],
     return None
 
 
-def _outermost(evs: Iterable[_Ev]) -> list[_Ev]:
+def outermost(evs: Iterable[Event]) -> list[Event]:
     """Events not nested inside another of them on the same thread, by start time."""
-    kept: list[_Ev] = []
+    kept: list[Event] = []
     open_end: dict[tuple[Any, Any], float] = {}
     for e in sorted(evs, key=lambda e: (e.start, -e.end)):
         key = (e.pid, e.tid)
@@ -343,7 +347,7 @@ def _ranks(value: Any) -> tuple[int, ...]:
     return ()
 
 
-def _draft_from_metadata(e: _Ev) -> _Draft:
+def _draft_from_metadata(e: Event) -> _Draft:
     a = e.args
     dtype, itemsize = canonical_dtype(a.get("dtype"))
     seq = a.get("Seq")
@@ -395,7 +399,7 @@ def _operator_shape(args: Mapping[str, Any]) -> tuple[int, str, int]:
     return best, dtype, itemsize
 
 
-def _draft_from_operator(e: _Ev) -> _Draft:
+def _draft_from_operator(e: Event) -> _Draft:
     nelems, dtype, itemsize = _operator_shape(e.args)
     return _Draft(event=e, name=canonical_collective(e.name), nelems=nelems, dtype=dtype,
                   itemsize=itemsize, group="", group_size=0, group_ranks=(), seq=None,
@@ -436,7 +440,7 @@ def _attribute(drafts: list[_Draft], execs: Sequence[Exec]) -> None:
                 d.dtype, d.itemsize = dtype, itemsize
 
 
-def _claim(drafts: Sequence[_Draft], waiting: Mapping[str, list[int]], e: _Ev, name: str,
+def _claim(drafts: Sequence[_Draft], waiting: Mapping[str, list[int]], e: Event, name: str,
            nelems: int) -> int | None:
     """The waiting call an unlinked execution ``e`` of ``name`` belongs to, taken off its
     queue: a call issued before it ran, of the same collective and size, else one the
@@ -456,7 +460,7 @@ def _claim(drafts: Sequence[_Draft], waiting: Mapping[str, list[int]], e: _Ev, n
     return None
 
 
-def _draft_from_execution(e: _Ev, name: str) -> _Draft:
+def _draft_from_execution(e: Event, name: str) -> _Draft:
     a = e.args
     if "Collective name" in a:
         d = _draft_from_metadata(e)
