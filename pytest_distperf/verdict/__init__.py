@@ -19,6 +19,7 @@ docs/verdict-rule.md states the verdict rule; each of its sentences names the co
   the ranks' CPU wait);
 * :mod:`~pytest_distperf.verdict.measurements`: one metric's measurements, pooled and split;
 * :mod:`~pytest_distperf.verdict.readings`: a time's change with the host's speed taken out;
+* :mod:`~pytest_distperf.verdict.assessment`: what comparing one metric found;
 * :mod:`~pytest_distperf.verdict.rule`: one metric's measurements against its baseline;
 * :mod:`~pytest_distperf.verdict.explain`: every sentence a verdict says;
 * :mod:`~pytest_distperf.verdict.judgement`: one test's verdicts, compared or saved, and the
@@ -63,7 +64,7 @@ _EXPORTS = {
     "memory_slope": "pytest_distperf.verdict.readings",
     "without_outliers": "pytest_distperf.verdict.readings",
     # rule
-    "Assessment": "pytest_distperf.verdict.rule",
+    "Assessment": "pytest_distperf.verdict.assessment",
     "Decision": "pytest_distperf.verdict.rule",
     "assess": "pytest_distperf.verdict.rule",
     "controlled": "pytest_distperf.verdict.rule",

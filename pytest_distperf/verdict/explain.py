@@ -45,8 +45,8 @@ from pytest_distperf.verdict.readings import (
 from pytest_distperf.verdict.store import TIME_UNITS, StoredMetric
 
 if TYPE_CHECKING:
+    from pytest_distperf.verdict.assessment import Assessment
     from pytest_distperf.verdict.readings import Detectable
-    from pytest_distperf.verdict.rule import Assessment
 
 #: The detail of a verdict that waits for another measurement (never a final one).
 AWAITING = "awaiting confirmation"
