@@ -145,9 +145,14 @@ MEASURED = ""
 #: 0) is a regression or an improvement, from one measurement;
 EXACT = "exact"
 #: a figure kept beside the others to explain their verdicts (compute and communication
-#: time of a step, a profile's fractions from one call): compared and shown, never failing.
+#: time of a step, a profile's fractions from one call): compared and shown, never failing;
 INFORMATIONAL = "informational"
-METRIC_KINDS = (MEASURED, EXACT, INFORMATIONAL)
+#: a peak of device memory: the host's speed does not move it, the allocator's rounding
+#: barely does; judged from one measurement against a small relative bound.
+PEAK = "peak"
+METRIC_KINDS = (MEASURED, EXACT, INFORMATIONAL, PEAK)
+#: the kinds judged from one measurement, with no samples to store
+SINGLE_MEASUREMENT_KINDS = (EXACT, PEAK)
 
 
 #: What a metric's comparison with its baseline can come to (:class:`Verdict`).

@@ -189,6 +189,8 @@ def test_a_save_says_when_a_count_was_not_deterministic() -> None:
     ("comm.all_reduce.calls", "comm."), ("gpt.comm.buckets", "gpt.comm."),
     ("comm.all_reduce.bytes#2", "comm.#2"), ("comm.all_reduce[ranks 0,1].calls", "comm."),
     ("step_time_s", ""), ("profile.comm_overhead", ""),
+    ("device.syncs", "device.syncs."), ("device.syncs.aten::item", "device.syncs."),
+    ("gpt.device.syncs.aten::item#2", "gpt.device.syncs.#2"), ("device.launches", ""),
 ])
 def test_exact_families(name: str, family: str) -> None:
     assert exact_family(name) == family
@@ -292,3 +294,63 @@ def test_an_explanation_names_what_the_test_asked_for_differently() -> None:
     out = {v.metric: v for v in explain(named, dict.fromkeys([v.metric for v in named], "M"),
                                         0.1)}
     assert not out["mesh.step_time_s"].explanation.startswith("mesh")
+
+
+# -- device figures of a GPU step (issue 47) ------------------------------------------------------
+def gpu_step(syncs: tuple[str, ...] = (), launches: int = 480, peak: int = 3 * 2**30,
+             slower: float = 1.0) -> list[Metric]:
+    """A GPU step's metrics as ``step_metrics`` makes them from the counted step's device
+    figures (two ranks; the second launched one kernel less) and the allocator's peak."""
+    from pytest_distperf.fixtures.results.steps import DeviceFigures, device_metrics
+    from pytest_distperf.records import PEAK
+
+    figures = (DeviceFigures(0, launches, 0, syncs, 4096, len(syncs) * 4),
+               DeviceFigures(1, launches - 1, 0, syncs, 4096, len(syncs) * 4))
+    return [timed("step_time_s", slower), *device_metrics(figures, "device.", 2),
+            Metric("peak_memory_bytes", float(peak), "B", False, kind=PEAK)]
+
+
+def test_device_figures_are_exact_metrics_the_most_any_rank_did() -> None:
+    metrics = {m.name: m for m in gpu_step(syncs=("aten::item", "aten::item", "aten::nonzero"))}
+    assert metrics["device.launches"].value == 480 and metrics["device.launches"].kind == EXACT
+    assert metrics["device.syncs"].value == 3
+    assert metrics["device.syncs.aten::item"].value == 2
+    assert metrics["device.syncs.aten::nonzero"].value == 1
+    assert metrics["device.d2h_bytes"].value == 12 and metrics["device.h2d_bytes"].value == 4096
+    assert "device.graph_launches" not in metrics  # none launched
+    assert not {m.name for m in gpu_step()} & {"device.syncs.aten::item"}
+
+
+def test_an_item_in_the_loss_fails_as_a_host_sync_named_by_its_op(tmp_path: Path) -> None:
+    """Issue 47: a ``.item()`` added to a loss fails as "host syncs per step 0 -> 1", and the
+    op that made the host wait fails with it, by name, though the baseline never saw it."""
+    file = saved(tmp_path, gpu_step())
+    v = verdicts_of(file, gpu_step(syncs=("aten::item",)))
+    assert v["device.syncs"].verdict == bl.REGRESSED
+    assert v["device.syncs"].detail.startswith("regressed: 0 -> 1 syncs/step (+1)")
+    assert v["device.syncs.aten::item"].verdict == bl.REGRESSED
+    assert v["device.d2h_bytes"].verdict == bl.REGRESSED
+    assert v["device.launches"].verdict == bl.UNCHANGED
+    assert v["device.syncs"].explanation.startswith(
+        "host syncs/step in aten::item 0 -> 1: a .item(), .cpu(), print(tensor) or nonzero() "
+        "in the step?")
+    # and saved with it, removing it again is an improvement of both, by name
+    back = verdicts_of(saved(tmp_path, gpu_step(syncs=("aten::item",))), gpu_step())
+    assert back["device.syncs"].verdict == bl.IMPROVED
+    assert back["device.syncs.aten::item"].verdict == bl.IMPROVED
+
+
+def test_a_peak_of_device_memory_is_judged_within_its_bound(tmp_path: Path) -> None:
+    """Activations kept for longer: the same FLOPs and counts, 20% more peak memory, fails
+    with both figures; the allocator's rounding (well under 1%) passes."""
+    file = saved(tmp_path, gpu_step())
+    v = verdicts_of(file, gpu_step(peak=int(3.6 * 2**30)))
+    assert v["peak_memory_bytes"].verdict == bl.REGRESSED
+    assert v["peak_memory_bytes"].detail.startswith(
+        "regressed: peak device memory 3 GiB -> 3.6 GiB (+20.0%), past its 1% bound")
+    assert verdicts_of(file, gpu_step(peak=3 * 2**30 + 2**20))["peak_memory_bytes"].verdict \
+        == bl.UNCHANGED
+    assert verdicts_of(file, gpu_step(peak=int(2.5 * 2**30)))["peak_memory_bytes"].verdict \
+        == bl.IMPROVED
+    text = (tmp_path / "test_x.toml").read_text()
+    assert 'kind = "peak"' in text and "tolerance = 0.01" in text

@@ -327,13 +327,14 @@ def test_the_schema_lists_every_field_of_every_record_and_no_other() -> None:
     from pytest_distperf import records
     from pytest_distperf.fixtures import results
     from pytest_distperf.fixtures.results.findings import Bottleneck
-    from pytest_distperf.fixtures.results.steps import CommCount
+    from pytest_distperf.fixtures.results.steps import CommCount, DeviceFigures
 
     schema = jsonreport.load_schema()
     defs = schema["$defs"]
     names = {records.Environment: "environment", records.Metric: "metric",
              records.Verdict: "verdict", Bottleneck: "bottleneck",
-             CommCount: "comm_count", records.Measured: "measured"}
+             CommCount: "comm_count", DeviceFigures: "device_figures",
+             records.Measured: "measured"}
     seen: set[str] = set()
     todo: list[type] = [records.Environment, records.Metric, records.Verdict,
                         *results.RESULT_TYPES.values()]

@@ -43,6 +43,7 @@ from pytest_distperf.fixtures.results.group import NodeSplit, PairMatrix
 from pytest_distperf.fixtures.results.steps import (
     CommCount,
     CommSummary,
+    DeviceFigures,
     LoadBalance,
     RankTiming,
     ScalingPoint,
@@ -206,7 +207,8 @@ def paired_steps(rows: Sequence[Sequence[float]]) -> Paired | None:
 def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
                   limits: Mapping[str, float] | None = None,
                   comm_counts: Sequence[CommCount] = (),
-                  device_busy_s: Sequence[float] = ()) -> StepTiming:
+                  device_busy_s: Sequence[float] = (),
+                  device: Sequence[DeviceFigures] = ()) -> StepTiming:
     """Everything ``ddp_step_timer`` reports, from the ranks' raw samples.
 
     * step time: median over steps of the slowest rank's synchronised step;
@@ -219,7 +221,8 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
       1 - exposed / total; buckets: the most any rank's comm hook saw in a step;
     * ``comm_counts``: one step's collectives, counted from its trace, kept as they are;
     * ``device_busy_s``: per rank, the seconds its GPU ran kernels in that step; their median
-      over the step time is the busy share (``launch_bound`` below half).
+      is the device time, over the step time the busy share (``launch_bound`` below half);
+    * ``device``: per rank, what its host asked of its GPU in that step, kept as it is.
     """
     if not per_rank:
         raise ValueError("analyze_steps: no per-rank records to analyse")
@@ -262,7 +265,7 @@ def analyze_steps(per_rank: Sequence[RankStep], *, wrapper: str = "ddp",
         raw=list(by_rank.values()), comm_counts=tuple(comm_counts),
         buckets=max((r.buckets for r in ranks if r.buckets is not None), default=None),
         flops_per_step=sum(r.flops for r in ranks) if all(r.flops for r in ranks) else 0,
-        device_busy=device_busy)
+        device_busy=device_busy, device_time_s=busy, device=tuple(device))
 
 
 def _comm_and_overlap(comm_times: Sequence[float | None], exposed_s: float

@@ -194,6 +194,17 @@ def exact(verdict: str, baseline: float, current: float, exact_tolerance: float,
     return (f"{verdict}: {moved}, past the exact tolerance of {exact_tolerance:,.0f}; {do}")
 
 
+def peak(verdict: str, baseline: float, current: float, bound: float) -> str:
+    """A peak of device memory past its bound."""
+    moved = (f"{format_bytes(baseline)} -> {format_bytes(current)} "
+             f"({(current - baseline) / baseline:+.1%})" if baseline else
+             f"{format_bytes(baseline)} -> {format_bytes(current)}")
+    do = ("find what holds more memory (an activation checkpoint dropped, a reference kept "
+          "past the step, a larger batch?), or " + _RESAVE + " if it is intended"
+          if verdict == REGRESSED else _RESAVE + " if this is intended")
+    return f"{verdict}: peak device memory {moved}, past its {bound:.0%} bound; {do}"
+
+
 def _count(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.6g}"
 
@@ -296,6 +307,14 @@ _BUCKETS = re.compile(r"comm\.buckets(?:#\d+)?$")
 _SUFFIX = re.compile(r"#\d+$")
 _MESH = re.compile(r"(?:^|\.)mesh\.(?P<dim>\w+)$")
 _THEORY = "pipeline.bubble_theory"
+_DEVICE = re.compile(r"(?:^|\.)(?:device\.(?P<what>launches|graph_launches|syncs|h2d_bytes|"
+                     r"d2h_bytes)(?:\.(?P<op>.+))?|(?P<peak>peak_memory_bytes))$")
+#: The device figures' words in an explanation, and whether they are bytes.
+_DEVICE_WORDS = {"launches": ("kernel launches/step", False),
+                 "graph_launches": ("CUDA graph launches/step", False),
+                 "h2d_bytes": ("host-to-device bytes/step", True),
+                 "d2h_bytes": ("device-to-host bytes/step", True),
+                 None: ("peak device memory", True)}
 #: The metrics that say where a step's time went, and their words.
 PHASES = (("compute_time_s", "compute"), ("exposed_comm_s", "exposed communication"))
 
@@ -322,13 +341,39 @@ def explain(verdicts: Sequence[Verdict], labels: Mapping[str, str],
 
 def _describe(v: Verdict, others: Sequence[Verdict], tolerance: float) -> list[str]:
     layout = setup_changes(others)  # then the counts moved with it: no guess at a cause
+    if _DEVICE.search(v.metric):
+        return layout + device_changes(others)
     if v.kind == EXACT:
         return layout + comm_changes([v, *others], only=_op_of(v.metric), guess=not layout)
-    parts = layout + comm_changes(others, guess=not layout)
+    parts = layout + comm_changes(others, guess=not layout) + device_changes(others)
     if not parts and any(w.kind == EXACT for w in others):
         parts = ["collective calls and bytes unchanged"]
     phases = phase_changes(others, tolerance)
     return parts + ([phases] if phases else [])
+
+
+def device_changes(verdicts: Sequence[Verdict]) -> list[str]:
+    """What moved of what the host asked of the GPU per step: the ops that made it wait,
+    the kernels it launched, the bytes it copied, the peak of device memory."""
+    parts, waits = [], []
+    for w in verdicts:
+        if not _moved(w) or not (match := _DEVICE.search(_SUFFIX.sub("", w.metric))):
+            continue
+        what, op = match["what"], match["op"]
+        was, now = _values(w)
+        if what == "syncs" and op:
+            waits.append(f"host syncs/step in {op} {_n(was)} -> {_n(now)}")
+        elif what in _DEVICE_WORDS:
+            word, bytes_ = _DEVICE_WORDS[what]
+            shown = (f"{format_bytes(was)} -> {format_bytes(now)}" if bytes_
+                     else f"{_n(was)} -> {_n(now)}")
+            parts.append(f"{word} {shown}")
+    if waits:
+        grew = any(_values(w)[1] > _values(w)[0] for w in verdicts
+                   if _moved(w) and (m := _DEVICE.search(w.metric)) and m["op"])
+        parts.insert(0, ", ".join(waits) + (
+            ": a .item(), .cpu(), print(tensor) or nonzero() in the step?" if grew else ""))
+    return parts
 
 
 def setup_changes(verdicts: Sequence[Verdict]) -> list[str]:

@@ -25,7 +25,9 @@ from pytest_distperf.records import (
     MEASURED,
     NO_BASELINE,
     NOT_COMPARABLE,
+    PEAK,
     SAVED,
+    SINGLE_MEASUREMENT_KINDS,
     Environment,
     Measured,
     Measurement,
@@ -43,6 +45,7 @@ from pytest_distperf.verdict.readings import (
 )
 from pytest_distperf.verdict.rule import (
     MOST_MEASUREMENTS,
+    PEAK_TOLERANCE,
     assess,
     decide,
     decide_exact,
@@ -291,7 +294,7 @@ class Comparison(Judgement):
         if base is None:
             return make_verdict(metric, verdict, self.env_id, None, tolerance=self.tolerance,
                                 measurement_count=count, detail=detail)
-        if metric.kind == EXACT:
+        if metric.kind in SINGLE_MEASUREMENT_KINDS:
             verdict, chosen, detail = decide_exact(base, self.measured[name][0],
                                                    self.exact_tolerance)
             return make_verdict(metric, verdict, self.env_id, chosen,
@@ -353,7 +356,7 @@ class Save(Judgement):
         """What a save stores: an exact metric's first measurement; with a host-speed
         control, the quiet measurements pooled (all of them when none is quiet: the
         comparison pools too); otherwise the best one (a fraction: the median one)."""
-        if self.metrics[name].kind == EXACT:
+        if self.metrics[name].kind in SINGLE_MEASUREMENT_KINDS:
             return self.measured[name][0]
         if not self.has_control(name):
             return self._kept(name)
@@ -381,6 +384,8 @@ class Save(Judgement):
 
     def _tolerance_of(self, kind: str) -> float:
         """The tolerance in force for a metric of ``kind``: what a change must pass."""
+        if kind == PEAK:
+            return PEAK_TOLERANCE
         return self.exact_tolerance if kind == EXACT else self.tolerance
 
     def vanished(self) -> list[tuple[Verdict, str]]:
@@ -398,7 +403,7 @@ class Save(Judgement):
         m = self._stored(name)
         new = self._to_store(name, m)
         count = len(self.measured[name])
-        if metric.kind == EXACT:
+        if metric.kind in SINGLE_MEASUREMENT_KINDS:
             detail = explain.saved_exact(sorted({x.value for x in self.measured[name]}), count)
         elif self.has_control(name):
             detail = explain.saved_pooled(len(m.samples.sizes or (0,)), count)
@@ -406,7 +411,7 @@ class Save(Judgement):
             detail = explain.saved(count, fraction=metric.is_fraction)
         told = self._told(name, m)  # None without the control or 3 measurements
         # a count does not depend on the host: no advice to re-save it on a quieter one
-        noisy = self.noise_of(name, m) if metric.kind != EXACT else []
+        noisy = self.noise_of(name, m) if metric.kind not in SINGLE_MEASUREMENT_KINDS else []
         detail = "; ".join(filter(None, (
             detail, explain.detectable(told, self.tolerance),
             explain.saved_noisy(noisy) if noisy else "")))
@@ -480,13 +485,17 @@ def make_judgement(*, save: bool, measurements: Sequence[Measurement],
 
 def exact_family(name: str) -> str:
     """The family of an exact metric: its name up to ``comm.`` and its ``#n``, if any
-    (``gpt.comm.all_reduce.calls#2`` -> ``gpt.comm.#2``); "" for a name without
-    ``comm.``.  A collective missing from one side of a family was issued 0 times."""
-    head, sep, tail = name.rpartition("comm.")
-    if not sep:
-        return ""
-    number = tail.rpartition("#")[2] if "#" in tail else ""
-    return f"{head}comm.#{number}" if number else f"{head}comm."
+    (``gpt.comm.all_reduce.calls#2`` -> ``gpt.comm.#2``), or up to ``device.syncs``, the
+    total and the ops behind it (``device.syncs.aten::item`` -> ``device.syncs.``); "" for
+    any other name.  A collective, or an op that made the host wait, missing from one side
+    of a family was issued 0 times."""
+    stem, _, number = name.partition("#")
+    suffix = f"#{number}" if number else ""
+    head, sep, tail = stem.rpartition("device.syncs")
+    if sep and (not tail or tail.startswith(".")):
+        return f"{head}device.syncs.{suffix}"
+    head, sep, _ = stem.rpartition("comm.")
+    return f"{head}comm.{suffix}" if sep else ""
 
 
 def _ready(labels: list[str]) -> contextlib.AbstractContextManager[float]:

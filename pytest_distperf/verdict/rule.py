@@ -18,6 +18,7 @@ from pytest_distperf.records import (
     INCONCLUSIVE,
     NO_BASELINE,
     NOT_COMPARABLE,
+    PEAK,
     REGRESSED,
     SAVED,
     UNCHANGED,
@@ -84,6 +85,9 @@ _IMPROVEMENT_MEASUREMENTS = 2
 #: ... and any change must be past this share of the host's change since the save: an
 #: error e in the fitted slope leaves e x the host's change in the adjusted time.
 _SLOPE_ERROR = 0.5
+#: A peak of device memory may move by this share of itself and be unchanged: the caching
+#: allocator rounds blocks to 512 bytes, so the same code on the same device peaks alike.
+PEAK_TOLERANCE = 0.01
 #: A save states the smallest change its comparisons tell this often.
 _DETECTABLE_POWER = 0.9
 #: The most measurements a comparison takes.
@@ -342,20 +346,24 @@ def decide_exact(base: StoredMetric, m: Measured,
                  exact_tolerance: float) -> tuple[str, Assessment, str]:
     """Sentence 11: an exact metric (a count or a byte total) is regressed or improved by
     any change beyond ``exact_tolerance`` (absolute), from this one measurement: a count
-    does not depend on the host's speed."""
+    does not depend on the host's speed.  A peak of device memory (kind ``peak``) by a
+    change beyond ``PEAK_TOLERANCE`` of it."""
     b, c = base.value, m.value
     delta = c - b
     sign = -1.0 if base.higher_is_better else 1.0
     change = delta / abs(b) if b else None
     worse = sign * change if change is not None else (
         math.copysign(math.inf, sign * delta) if delta else 0.0)
-    past = abs(delta) > exact_tolerance
+    peak = base.kind == PEAK
+    past = abs(delta) > (PEAK_TOLERANCE * abs(b) if peak else exact_tolerance)
     a = Assessment(baseline=b, current=c, change=change, worse=worse,
                    worse_like=past and sign * delta > 0, better_like=past and sign * delta < 0,
                    measured=m)
     if not past:
         return UNCHANGED, a, ""
     verdict = REGRESSED if a.worse_like else IMPROVED
+    if peak:
+        return verdict, a, explain.peak(verdict, b, c, PEAK_TOLERANCE)
     return verdict, a, explain.exact(verdict, b, c, exact_tolerance, base.unit)
 
 

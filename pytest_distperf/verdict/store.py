@@ -25,7 +25,7 @@ from typing import Any
 
 from pytest_distperf.common.files import write_atomically
 from pytest_distperf.common.quantiles import median_or_nan
-from pytest_distperf.records import EXACT, Environment, Measured, Samples
+from pytest_distperf.records import SINGLE_MEASUREMENT_KINDS, Environment, Measured, Samples
 from pytest_distperf.verdict.environment import (
     environment_id,
     environment_table,
@@ -86,7 +86,7 @@ class StoredMetric:
     unit: str
     higher_is_better: bool
     measured: Measured
-    kind: str = ""  # the metric's kind (records.METRIC_KINDS): "", "exact", "informational"
+    kind: str = ""  # the metric's kind (records.METRIC_KINDS)
     tolerance: float | None = None
 
     @property
@@ -116,7 +116,7 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
                              "value": m.value, "kind": metric.kind}
     if metric.tolerance is not None:
         table["tolerance"] = metric.tolerance
-    if metric.kind == EXACT:
+    if metric.kind in SINGLE_MEASUREMENT_KINDS:
         return table
     values = samples.values
     if values:

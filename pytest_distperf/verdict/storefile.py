@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_distperf.config import DEFAULT_THRESHOLDS, is_int, is_number, shown
-from pytest_distperf.records import EXACT, INFORMATIONAL, MEASURED, Samples
+from pytest_distperf.records import (
+    EXACT,
+    INFORMATIONAL,
+    MEASURED,
+    PEAK,
+    SINGLE_MEASUREMENT_KINDS,
+    Samples,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,7 +59,7 @@ OPTIONAL_ENV_FIELDS: tuple[tuple[str, type], ...] = (
     ("driver_version", str), ("cuda_version", str), ("interconnect", str), ("name", str),
 )
 #: A metric's kind as version 2 spells it (version 1 and the records say "" for measured).
-KIND_NAMES = {MEASURED: "measured", EXACT: "exact", INFORMATIONAL: INFORMATIONAL}
+KIND_NAMES = {MEASURED: "measured", EXACT: "exact", INFORMATIONAL: INFORMATIONAL, PEAK: PEAK}
 _KINDS = {name: kind for kind, name in KIND_NAMES.items()}
 #: Significant digits: a samples array's, and a metric's value (well below any noise).
 SAMPLE_DIGITS = 4
@@ -408,7 +415,7 @@ def entry_v2(saved: str, flat: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
             line["tolerance"] = rounded(float(table["tolerance"]), VALUE_DIGITS)
         line["higher_is_better"] = table["higher_is_better"]
         metrics[name] = line
-        if kind != EXACT:  # a count: to the unit, no samples, no noise
+        if kind not in SINGLE_MEASUREMENT_KINDS:  # a count or a peak: no samples, no noise
             kept = _samples_v2(table)
             if kept:
                 samples[name] = kept
@@ -416,7 +423,7 @@ def entry_v2(saved: str, flat: Mapping[str, Mapping[str, Any]]) -> dict[str, Any
 
 
 def _value(value: float, kind: str) -> float | int:
-    if kind == EXACT and float(value).is_integer():
+    if kind in SINGLE_MEASUREMENT_KINDS and float(value).is_integer():
         return int(value)
     return rounded(float(value), VALUE_DIGITS)
 
