@@ -201,12 +201,12 @@ SWITCHES: tuple[Switch, ...] = (
            "(_CONTROL_ESTIMATOR_QUANTILE = 0.5: the median)",
            ((readings, "_CONTROL_ESTIMATOR_QUANTILE", 0.5),), saves=True),
     # the outliers (those slowed alone; an improvement's set-aside is gone)
-    Switch("outliers", "the outlier set-aside in compare runs (_OUTLIER_FACTOR = inf)",
+    Switch("outliers", "the outlier set-aside in compare runs (_OUTLIER_LIMIT = inf)",
            ((rule, "without_outliers", lambda measured, tolerance, **_: list(measured)),)),
     Switch("outliers-save", "the outlier set-aside in saves",
-           save_only=((readings, "_OUTLIER_FACTOR", INF),), saves=True, stored=False),
+           save_only=((readings, "_OUTLIER_LIMIT", INF),), saves=True, stored=False),
     Switch("outliers-everywhere", "the outlier set-aside in saves and compare runs",
-           ((readings, "_OUTLIER_FACTOR", INF),), saves=True, stored=False),
+           ((readings, "_OUTLIER_LIMIT", INF),), saves=True, stored=False),
     # the improvement
     Switch("improvement-windows", "an improvement's two measurements, the last one past the "
            "line alone (_IMPROVEMENT_MEASUREMENTS = 1)",

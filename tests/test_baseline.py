@@ -872,24 +872,24 @@ def test_a_measurement_slowed_alone_is_set_aside() -> None:
     odd = controlled(scaled(2.0))
     verdict, a, _, _ = decide(base, odd, *[controlled()] * (CREG - 1))
     assert verdict == bl.UNCHANGED and abs(a.change or 0.0) < 1e-9
-    assert len(bl.without_outliers([odd, controlled(), controlled()], 0.10)) == 2
+    assert len(bl.without_outliers([odd, controlled(), controlled()])) == 2
     verdict, a, _, _ = decide(base, *[odd] * (CREG - 1), controlled())
     assert verdict == bl.UNCHANGED and abs(a.change or 0.0) < 1e-9
-    # within _OUTLIER_FACTOR x the tolerance of the fastest sibling: kept
-    near = controlled(scaled(1 + readings._OUTLIER_FACTOR * 0.10 * 0.9))
-    assert len(bl.without_outliers([near, controlled(), controlled()], 0.10)) == 3
+    # within _OUTLIER_LIMIT of the fastest sibling: kept
+    near = controlled(scaled(1 + readings._OUTLIER_LIMIT * 0.9))
+    assert len(bl.without_outliers([near, controlled(), controlled()])) == 3
     # slower relative to its own control only: a host that slowed, not an outlier
     host = controlled(scaled(2.0), scaled(2.0, CONTROL))
-    assert len(bl.without_outliers([host, controlled(), controlled()], 0.10)) == 3
+    assert len(bl.without_outliers([host, controlled(), controlled()])) == 3
     # two measurements say nothing about which is odd
-    assert len(bl.without_outliers([odd, controlled()], 0.10)) == 2
+    assert len(bl.without_outliers([odd, controlled()])) == 2
     verdict, a, _, _ = decide(base, *[controlled(scaled(3.0))] * CREG)
     assert verdict == bl.REGRESSED and a.change == pytest.approx(2.0, rel=1e-6)
     # a regression says what it set aside, so that a person can weigh it
     slow = controlled(scaled(1.2))
     verdict, a, detail, _ = decide(base, controlled(scaled(2.4)), *[slow] * (CREG - 1))
     assert verdict == bl.REGRESSED and a.change == pytest.approx(0.2, rel=1e-6)
-    assert "1 measurement(s) set aside: 60% or more slower than another" in detail
+    assert "1 measurement(s) set aside: 30% or more slower than another" in detail
     assert "set aside" not in decide(base, *[slow] * CREG)[2]
 
 

@@ -101,14 +101,14 @@ def test_a_measurement_slowed_alone_false_alarms_nothing(replay: ModuleType, nam
     """R47's and R52's `bench` blocks (a gloo all-reduce's bus bandwidth, the host steady):
     their 3 false alarms came from measurements slowed alone (one at half the bandwidth of
     its five siblings; three of six in a slow regime).  With such measurements set aside
-    (``readings._OUTLIER_FACTOR``) none is left, and every slowdown caught then is caught now."""
+    (``readings._OUTLIER_LIMIT``) none is left, and every slowdown caught then is caught now."""
     data = replay.load_runs(BENCHMARKS / "data" / name)
     tally = replay.replay(data, BUSBW, 0.0, 1.0)
     assert sum(tally[0.0].values()) == 30 and tally[0.0]["regressed"] == 0, tally[0.0]
     assert tally[0.1]["regressed"] >= 9 and tally[0.2]["regressed"] == 10, tally
     from pytest_distperf.verdict import readings
 
-    monkeypatch.setattr(readings, "_OUTLIER_FACTOR", float("inf"))  # the rule as recorded
+    monkeypatch.setattr(readings, "_OUTLIER_LIMIT", float("inf"))  # the rule as recorded
     assert replay.replay(data, BUSBW, 0.0, 1.0)[0.0]["regressed"] == recorded
 
 

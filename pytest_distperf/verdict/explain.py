@@ -104,10 +104,10 @@ def _readings(a: Assessment) -> str:
             f"{', '.join(controls)})")
 
 
-def _aside(a: Assessment, tolerance: float) -> str:
+def _aside(a: Assessment) -> str:
     if not a.set_aside:
         return ""
-    return (f"{a.set_aside} measurement(s) set aside: {outlier_limit(tolerance):.0%} or "
+    return (f"{a.set_aside} measurement(s) set aside: {outlier_limit():.0%} or "
             "more slower than another of this run relative to the host-speed control "
             "(something the noise probe does not see)")
 
@@ -128,14 +128,13 @@ def _count_of(measurements: int) -> str:
     return "its one measurement" if measurements == 1 else f"{measurements} measurements"
 
 
-def regressed(a: Assessment, base: StoredMetric, measurements: int,
-              tolerance: float = 0.0) -> str:
+def regressed(a: Assessment, base: StoredMetric, measurements: int) -> str:
     host = " with the host's speed taken out" if a.readings else ""
     how = (f", confirmed by {measurements} measurements" if measurements > 1
            else " in its one measurement (this metric cannot be measured again)")
     return _detail(f"regressed: {_change_words(a, base.unit)} than the baseline{host}{how}; "
                    f"find the change that caused it, or {_RESAVE} if it is intended",
-                   _readings(a), _aside(a, tolerance))
+                   _readings(a), _aside(a))
 
 
 def too_noisy(reasons: Sequence[str]) -> str:

@@ -451,7 +451,7 @@ def save_pool(every: Sequence[Measured], *, save_level: float, tolerance: float,
         return []
     aside = contradicted(quiet, save_level, tolerance)
     agreed = [m for m, out in zip(quiet, aside, strict=True) if not out]
-    return without_outliers(agreed, tolerance, higher_is_better=higher_is_better)
+    return without_outliers(agreed, higher_is_better=higher_is_better)
 
 
 def save_done(taken: int, kept: int, told_now: Detectable | None, tolerance: float,

@@ -61,9 +61,10 @@ _BETWEEN_SLOPE = 1.0
 #: The most the memory reading takes: the memory control's change over the compute
 #: control's, clipped, leaves out a memory control that moved alone.
 _MEMORY_SLOPE_MAX = 1.5
-#: A measurement this many times the tolerance slower than the fastest of the run's others
-#: (each relative to its own control) was slowed by something the noise probe cannot see.
-_OUTLIER_FACTOR = 6.0
+#: A measurement this much slower than the fastest of its run's others (each relative to its
+#: own control) was slowed by something the noise probe cannot see: a slowdown of the code
+#: slows every measurement alike, whatever the tolerance.
+_OUTLIER_LIMIT = 0.3
 #: The median absolute deviation of normal figures times this (1.4826) is their standard
 #: deviation.
 _MAD_TO_SD = 1.0 / statistics.NormalDist().inv_cdf(0.75)
@@ -183,15 +184,15 @@ def _memory_between(host_log: float, memory_log: float, fitted: float,
     return MEMORY, slope, (slope - fitted) * host_log
 
 
-def outlier_limit(tolerance: float) -> float:
+def outlier_limit() -> float:
     """How much slower than another of its run a measurement is set aside (relative)."""
-    return _OUTLIER_FACTOR * tolerance
+    return _OUTLIER_LIMIT
 
 
-def without_outliers(measurements: Sequence[Measured], tolerance: float, *,
+def without_outliers(measurements: Sequence[Measured], *,
                      higher_is_better: bool = False) -> list[Measured]:
     """The measurements of one run with the control (3 or more) less those slower than the
-    fastest of the others by more than ``_OUTLIER_FACTOR`` x the tolerance, each
+    fastest of the others by more than ``_OUTLIER_LIMIT``, each
     measurement's 25% quantile taken over its control's (:func:`outlier_limit`): noise only
     slows a time, and a slowdown of the code slows every measurement.
     ``higher_is_better``: the samples are rates."""
@@ -206,7 +207,7 @@ def without_outliers(measurements: Sequence[Measured], tolerance: float, *,
         return time - math.log(quantile_or_nan(m.samples.control, q))
 
     levels = [level(m) for m in measurements]
-    limit = math.log1p(outlier_limit(tolerance))
+    limit = math.log1p(outlier_limit())
     return [m for i, m in enumerate(measurements)
             if not levels[i] - min(levels[:i] + levels[i + 1:]) > limit]
 

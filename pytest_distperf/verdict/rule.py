@@ -249,7 +249,7 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
         return Decision(INCONCLUSIVE, regression, explain.noisy_only(regression, base), False)
     if _significant(regression.p_worse):
         return Decision(REGRESSED, regression,
-                        explain.regressed(regression, base, n, tolerance), False)
+                        explain.regressed(regression, base, n), False)
     return Decision(INCONCLUSIVE, regression,
                     explain.not_clear(regression, base, regression.p_worse, _ALPHA), False)
 
@@ -270,7 +270,7 @@ def _controlled_assessments(base: StoredMetric, measurements: Sequence[Measured]
     reasons = [noise_reasons(m, False, limit=limit, floor=False) for m in timed]
     quiet = [m for m, why in zip(timed, reasons, strict=True) if not why]
     noisy = () if quiet else tuple(", ".join(why) for why in reasons)
-    kept = without_outliers(quiet, tolerance)
+    kept = without_outliers(quiet)
     regression = _pooled_assessment(base, times, kept or timed, timed, tolerance, noisy,
                                     len(quiet) - len(kept))
     if len(kept) == len(quiet):
