@@ -107,6 +107,24 @@ def test_straggler(ddp_step_timer):
     print("BODY-OK straggler")
 
 
+def test_back_to_back(nccl_group):
+    """The GPU's timing forced on CPU ranks: each block of steps queued back to back, one
+    drain per block.  Rank 1 sleeps 80 ms a step, rank 0 20 ms: rank 0's synchronised steps
+    wait for rank 1 in every all-reduce, its no-sync steps do not, and rank 1 straggles."""
+    from pytest_distperf.analysis.analyzer import analyze_steps
+    from pytest_distperf.rank.ddp import StepSpec, time_steps
+
+    spec = StepSpec(lambda: Sleepy(0.02, slow_rank=1, slow=0.08), batch, steps=5, warmup=1,
+                    back_to_back=True, count_collectives=False)
+    r0, r1 = nccl_group.run(time_steps, spec)
+    assert len(r0.step_s) == len(r0.no_sync_step_s) == 5
+    assert r0.control_s == () and r0.comm == ()  # no control, no hook between steps
+    assert min(r0.step_s) > 0.07 and max(r0.no_sync_step_s) < min(r1.no_sync_step_s)
+    assert all(abs(f + b + o - s) < 1e-6 for f, b, o, s in zip(
+        r0.forward_s, r0.backward_s, r0.optimizer_s, r0.step_s))  # the step's own parts
+    assert analyze_steps([r0, r1]).stragglers == [1]
+
+
 def test_comm_heavy(ddp_step_timer):
     t = ddp_step_timer(big_model, lambda rank: torch.randn(1, 1024), steps=4, warmup=1)
     assert t.comm_overhead > 0.5
@@ -326,11 +344,12 @@ def run_module(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict]:
 
 def test_ddp_step_timer_end_to_end(pytester: pytest.Pytester) -> None:
     result, data = run_module(pytester)
-    result.assert_outcomes(passed=8, failed=4)
+    result.assert_outcomes(passed=9, failed=4)
     out = result.stdout
 
     # balanced, compute-heavy, FSDP2 and weak scaling pass on their thresholds
-    for name in ("test_balanced", "test_compute_heavy", "test_fsdp", "test_fsdp_gpt_style",
+    for name in ("test_balanced", "test_back_to_back", "test_compute_heavy", "test_fsdp",
+                 "test_fsdp_gpt_style",
                  "test_fsdp_tied_weights", "test_weak_scaling", "test_refusals",
                  "test_ddp_options_reach_the_wrapper"):
         out.fnmatch_lines([f"PASSED test_gen.py::{name}*"])

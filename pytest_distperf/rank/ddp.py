@@ -2,15 +2,20 @@
 
 Runs inside a rank with torch.distributed initialised and the measured group as the default
 group.  Synchronised steps and steps without gradient synchronisation (DDP ``no_sync()``,
-FSDP2 ``set_requires_gradient_sync(False)``) alternate, each starting at a barrier, so that
-the difference between the two is the exposed communication (the headroom method) and the
-no-sync steps give each rank's own compute time.  With DDP a comm hook times every gradient
-bucket's all-reduce (launch to completion, so it includes waiting for the other ranks).
+FSDP2 ``set_requires_gradient_sync(False)``) are timed, so that the difference between the
+two is the exposed communication (the headroom method) and the no-sync steps give each
+rank's own compute time.
 
-Clock: :class:`~pytest_distperf.rank.clock.Clock` (CUDA events on GPU, read after one
-synchronize per step; the comm hook records its end event in the future's callback, which
-runs ordered after the collective; ``time.perf_counter`` on CPU).  Memory: the CUDA caching
-allocator's peak on GPU, the process's resident set size after each step on CPU.
+On CPU ranks the two alternate, each starting at a barrier and followed by the host-speed
+control, and with DDP a comm hook times every gradient bucket's all-reduce (launch to
+completion, so it includes waiting for the other ranks).  On a GPU the steps run as training
+runs them (:func:`_back_to_back`): a block of synchronised steps, then a block of no-sync
+ones, queued back to back with a CUDA event at each step's start and one synchronize per
+block, so that the host's launch latency hides behind a full queue as it does in training.
+
+Clock: :class:`~pytest_distperf.rank.clock.Clock` (CUDA events on GPU; ``time.perf_counter``
+on CPU).  Memory: the CUDA caching allocator's peak on GPU, the process's resident set size
+after each step on CPU.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class StepSpec:
     train_context: Callable[[], Any] | None = None
     #: (data index) -> the loss's target: the loss is then ``loss_fn(output, target)``
     target_fn: Callable[[int], Any] | None = None
+    #: time the steps back to back (:func:`_back_to_back`); None: on a GPU
+    back_to_back: bool | None = None
 
 
 class _BucketTimer:
@@ -340,10 +347,12 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
         by_dim = comm_counter(built.layout, timed=not built.clock.on_cuda)
     # the collective counter inside the flop counter: DTensor splits each op before the flop
     # counter sees it, so a TP rank counts the FLOPs of its shard
-    with (eager(), profile(activities=activities, record_shapes=True) as prof,
-          record_function(PROFILED_REGION), counter, by_dim or contextlib.nullcontext()):
+    with eager(), profile(activities=activities, record_shapes=True) as prof:
         start = time.perf_counter()
-        built.train_step()
+        with (record_function(PROFILED_REGION), counter,
+              by_dim or contextlib.nullcontext()):
+            built.train_step()
+        # outside the counted region: the step's own host syncs are what it counts
         built.clock.synchronize()
         seconds = time.perf_counter() - start
     try:
@@ -360,46 +369,110 @@ def _measure(spec: StepSpec) -> RankStep:
     built = build(spec)
     _warm_up(built, spec.warmup)
     calibration = _rebalance(built, rank) if spec.batch_shares == AUTO else ()
-    phases: list[tuple[float, float, float, float]] = []
-    no_sync_s: list[float] = []
-    comm: list[CommCall] = []
-    comm_time_s: list[float] = []
-    bucket_counts: list[int] = []
+    back_to_back = (spec.back_to_back if spec.back_to_back is not None
+                    else built.clock.on_cuda)
+    peak_rss = rss_bytes()
+    if back_to_back:
+        phases = _back_to_back(built, True, spec.steps)
+        no_sync_s = [p[3] for p in _back_to_back(built, False, spec.steps)]
+        timed = _Timed(phases, no_sync_s)
+    else:
+        timed = _from_barriers(built, spec, rank)
+    if not built.clock.on_cuda:
+        peak_rss = max(peak_rss, timed.peak_rss, rss_bytes())
+    peak, capacity, source = memory_figures(built.clock, peak_rss, world)
+    census, flops, mesh_comm, counted_s = (_census(built) if spec.count_collectives
+                                           else (b"", 0, (), 0.0))
+    phases = timed.phases
+    return RankStep(
+        rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
+        backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
+        step_s=tuple(p[3] for p in phases), no_sync_step_s=tuple(timed.no_sync_s),
+        comm=tuple(timed.comm), comm_time_s=tuple(timed.comm_time_s), peak_memory_bytes=peak,
+        memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
+        buckets=max(timed.buckets) if timed.buckets else None, census=census,
+        control_s=tuple(timed.control_s), memory_control_s=tuple(timed.memory_control_s),
+        flops=flops, mesh_comm=mesh_comm, counted_step_s=counted_s, calibration_s=calibration)
+
+
+Phases = tuple[float, float, float, float]  # forward, backward, optimizer, whole step
+
+
+@dataclasses.dataclass
+class _Timed:
+    """What the timed steps gave on this rank."""
+
+    phases: list[Phases]  # per synchronised step
+    no_sync_s: list[float]  # per step without gradient sync
+    comm: list[CommCall] = dataclasses.field(default_factory=list)
+    comm_time_s: list[float] = dataclasses.field(default_factory=list)
+    buckets: list[int] = dataclasses.field(default_factory=list)
+    control_s: list[float] = dataclasses.field(default_factory=list)
+    memory_control_s: list[float] = dataclasses.field(default_factory=list)
+    peak_rss: int = 0
+
+
+def _back_to_back(built: Built, sync: bool, steps: int) -> list[Phases]:
+    """``steps`` steps (``sync``: with gradient sync) queued back to back as training runs
+    them: a timestamp at each step's start and after its forward and backward, none drained
+    until the block ends (one synchronize, then the events are read).  A step is from its
+    start to the next one's, so each rank's includes its wait for the others in the step's
+    collectives.  The block starts at a barrier, outside the timed run."""
+    import torch.distributed as dist
+
+    clock = built.clock
+    what = f"ddp_step_timer: {steps} {'synchronised' if sync else 'no_sync'} steps back to back"
+    set_phase(f"{what}, waiting at the barrier")
+    dist.barrier()
+    clock.synchronize()
+    set_phase(what)
+    marks = []
+    for _ in range(steps):
+        t0 = clock.now()
+        with contextlib.nullcontext() if sync else built.no_sync(), built.context():
+            loss = built.forward()
+            t1 = clock.now()
+            loss.backward()
+            t2 = clock.now()
+        built.optimizer.step()
+        built.optimizer.zero_grad(set_to_none=True)
+        marks.append((t0, t1, t2))
+    end = clock.now()
+    clock.synchronize()
+    starts = [m[0] for m in marks] + [end]
+    return [(clock.seconds(t0, t1), clock.seconds(t1, t2), clock.seconds(t2, nxt),
+             clock.seconds(t0, nxt)) for (t0, t1, t2), nxt in zip(marks, starts[1:],
+                                                                   strict=True)]
+
+
+def _from_barriers(built: Built, spec: StepSpec, rank: int) -> _Timed:
+    """CPU ranks: synchronised and no-sync steps alternating, each from a barrier, the
+    host-speed control after each synchronised one, the comm hook's buckets."""
+    timed = _Timed([], [])
     check = HostControls(built.clock) if spec.control and not built.clock.on_cuda else None
     if check is not None:
         check.warm()
-    peak_rss = rss_bytes()
     for k in range(spec.steps):
         for sync in ((True, False) if k % 2 == 0 else (False, True)):
             times, buckets = _timed_step(built, sync, k, spec.steps)
             if not sync:
-                no_sync_s.append(times[3])
+                timed.no_sync_s.append(times[3])
             else:
-                phases.append(times)
+                timed.phases.append(times)
                 if check is not None:
                     check.run(f"ddp_step_timer: host-speed control {k + 1}/{spec.steps}")
             if sync and built.timer is not None:
                 calls = [CommCall("all_reduce", nbytes, seconds, rank, k, index, start)
                          for index, nbytes, start, seconds in buckets]
-                comm.extend(calls)
-                comm_time_s.append(union_length((c.start_s, c.start_s + c.time_s)
-                                                for c in calls))
-                bucket_counts.append(len(calls))
+                timed.comm.extend(calls)
+                timed.comm_time_s.append(union_length((c.start_s, c.start_s + c.time_s)
+                                                      for c in calls))
+                timed.buckets.append(len(calls))
             if not built.clock.on_cuda:
-                peak_rss = max(peak_rss, rss_bytes())
-    peak, capacity, source = memory_figures(built.clock, peak_rss, world)
-    census, flops, mesh_comm, counted_s = (_census(built) if spec.count_collectives
-                                           else (b"", 0, (), 0.0))
-    return RankStep(
-        rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
-        backward_s=tuple(p[1] for p in phases), optimizer_s=tuple(p[2] for p in phases),
-        step_s=tuple(p[3] for p in phases), no_sync_step_s=tuple(no_sync_s),
-        comm=tuple(comm), comm_time_s=tuple(comm_time_s), peak_memory_bytes=peak,
-        memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
-        buckets=max(bucket_counts) if bucket_counts else None, census=census,
-        control_s=tuple(check.compute_s) if check is not None else (),
-        memory_control_s=tuple(check.memory_s) if check is not None else (), flops=flops,
-        mesh_comm=mesh_comm, counted_step_s=counted_s, calibration_s=calibration)
+                timed.peak_rss = max(timed.peak_rss, rss_bytes())
+    if check is not None:
+        timed.control_s, timed.memory_control_s = check.compute_s, check.memory_s
+    return timed
 
 
 def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
