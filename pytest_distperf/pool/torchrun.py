@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_distperf.pool.launcher import RankError, threads_per_rank
 from pytest_distperf.rank import worker
+from pytest_distperf.rank.phase import set_phase
 
 #: What follows a destroyed group under torchrun: the group is the job's, built once.
 TORCHRUN_DESTROYED = ("torchrun's group cannot be rebuilt inside the job, so this test and "
@@ -64,7 +65,7 @@ class TorchrunEngine:
         worker.make_groups(((first,) if size < self.world_size else ()) + groups)
         reply: tuple[Any, ...] = ("skip",)
         if self.rank < size:
-            worker.set_phase(label)
+            set_phase(label)
             try:
                 group = worker.GROUPS[first] if size < self.world_size else None
                 reply = ("ok", worker.run_here(fn, args, kwargs, group))

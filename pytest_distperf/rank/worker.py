@@ -32,20 +32,11 @@ from typing import Any
 
 import cloudpickle
 
+from pytest_distperf.rank.phase import attach, set_phase
+
 #: The environment variable that marks a pool's rank processes and their children
 #: (:mod:`pytest_distperf.pool.leftovers` finds them by it).
 POOL_MARKER = "DISTPERF_POOL"
-
-
-#: Shared buffer of this rank's current phase (the flight recorder the controller reads).
-_phase_buffer: Any = None
-
-
-def set_phase(text: str) -> None:
-    """Say what this rank is doing now; shown when a call times out.  Cheap; safe anywhere."""
-    if _phase_buffer is not None:
-        data = text.encode("utf-8", "replace")[: len(_phase_buffer) - 1]
-        _phase_buffer.value = data
 
 
 def _die_with_parent() -> None:
@@ -107,8 +98,7 @@ def main(
 ) -> None:
     """The rank process: guard, join the group, serve the controller's calls until told to
     stop (or the controller goes away)."""
-    global _phase_buffer
-    _phase_buffer = phase_buffer
+    attach(phase_buffer)
     _die_with_parent()
     os.environ.clear()  # the controller's variables now, not the fork server's
     os.environ.update(environ)
