@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.common.shares import AUTO
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.inputs import default_loss, prepare_batch, takes_module, target_of
-from pytest_distperf.rank.memory import memory_figures, rss_bytes
+from pytest_distperf.rank.memory import memory_figures, note_model, release_cached, rss_bytes
 from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.rank.shares import CALIBRATION_STEPS, Feed, calibrate
 from pytest_distperf.records import PROFILED_REGION, CommCall, DimComm, RankStep
@@ -121,15 +120,11 @@ def time_steps(spec: StepSpec) -> RankStep:
     The model, its wrapper and the optimizer are released before returning, so that the
     next test on this rank starts from the same memory.
     """
-    import torch
-
     try:
         return _measure(spec)
     finally:
         set_phase("ddp_step_timer: cleaning up")
-        gc.collect()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        release_cached()
 
 
 @dataclasses.dataclass
@@ -174,6 +169,7 @@ def build(spec: StepSpec) -> Built:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"ddp_step_timer: model_fn() must return a torch.nn.Module, got "
                         f"{type(model).__name__}")
+    note_model(model)
     model = model.to(device)
     set_phase("ddp_step_timer: building the batch")
     # with a mesh, the ranks of a TP or PP group share one batch: batch_fn(data-parallel index)

@@ -32,6 +32,12 @@ from typing import Any
 
 import cloudpickle
 
+from pytest_distperf.rank.memory import (
+    forget_model,
+    is_out_of_memory,
+    out_of_memory,
+    release_cached,
+)
 from pytest_distperf.rank.phase import attach, set_phase
 
 #: The environment variable that marks a pool's rank processes and their children
@@ -274,6 +280,7 @@ def make_groups(wanted: Any) -> None:
 def run_here(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], group: Any) -> Any:
     """Run a call's function in this process (a pool's rank, or a torchrun rank): with
     ``group`` as the default group, and this process's state put back afterwards."""
+    forget_model()
     with as_default_group(group), process_state_kept():
         return fn(*args, **kwargs)
 
@@ -302,8 +309,17 @@ def _guarded(call_id: int, thunk: Any) -> tuple[Any, ...]:
     try:
         return ("ok", call_id, thunk())
     except BaseException as exc:  # everything goes back to the controller
-        summary = f"{type(exc).__name__}: {exc}"
-        return ("err", call_id, summary, _user_traceback(exc))
+        reply = ("err", call_id, summary(exc), _user_traceback(exc))
+        freed = is_out_of_memory(exc)
+    if freed:  # what the failed call held is garbage now that its traceback is gone
+        release_cached()
+    return reply
+
+
+def summary(exc: BaseException) -> str:
+    """The first line of a failed call's report: an out-of-memory error's cause
+    (:func:`~pytest_distperf.rank.memory.out_of_memory`), else the error's type and message."""
+    return out_of_memory(exc) or f"{type(exc).__name__}: {exc}"
 
 
 def _user_traceback(exc: BaseException) -> str:
