@@ -21,7 +21,7 @@ from pytest_distperf.fixtures.results.group import (
 from pytest_distperf.fixtures.results.profile import CollectiveStat, ProfileReport, RankProfile
 from pytest_distperf.fixtures.results.steps import ScalingPoint, ScalingResult, StepTiming
 from pytest_distperf.pool.launcher import RankError, RankTimeout
-from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.records import Environment, Metric, Verdict
 
 __version__ = "0.1.0"

@@ -4,6 +4,7 @@ benchmarks/faults.py (which times it for docs/reliability.md).
 
 Each fault runs on rank 1 of a 2-rank gloo pool; rank 0 does what a correct rank would do
 (usually wait for rank 1 in a collective), so the fault is seen the way it is in real runs.
+Out of memory is the exception: every rank runs out, as a model too large for every GPU does.
 """
 
 from __future__ import annotations
@@ -77,6 +78,20 @@ def destroys_the_group() -> Any:
 
     dist.destroy_process_group()
     return "cleaned up"
+
+
+#: How torch's CUDA allocator says that an allocation failed (its first sentences).
+CUDA_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 1.06 GiB is free.")
+
+
+def runs_out_of_memory(*_: Any) -> Any:
+    """Raise torch's out-of-memory error as a failed CUDA allocation does (a CPU rank cannot
+    run out of device memory); any arguments, so it stands in for a model_fn, a batch_fn or
+    a loss too."""
+    import torch
+
+    raise torch.OutOfMemoryError(CUDA_OOM)
 
 
 class Unreadable:
@@ -166,6 +181,9 @@ FAULTS = [
           r"in hangs_in_python", respawn=True, timeout_s=HANG_TIMEOUT_S),
     Fault("the code destroys the process group", destroys_the_group, "RankError",
           r"the process group was destroyed on rank 0", respawn=True),
+    Fault("every rank runs out of memory", runs_out_of_memory, "RankError",
+          r"\Arank [01] raised OutOfMemoryError on cpu: asked for 2\.00 GiB; free and peak "
+          r"memory unknown", respawn=False),
     Fault("a result the controller cannot read", unreadable_result, "RankError",
           r"its result could not be unpickled in the controller \(ValueError: not in this",
           respawn=False),

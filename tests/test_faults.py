@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from fault_cases import (
+    CUDA_OOM,
     FAULTS,
     Fault,
     alive,
@@ -38,6 +39,7 @@ from fault_cases import (
 from pytest_distperf.pool import leftovers
 from pytest_distperf.pool.launcher import RankError, RankPool
 from pytest_distperf.pool.ranklogs import CAP_BYTES, FORWARD_BYTES
+from pytest_distperf.rank import memory
 from pytest_distperf.session import SIGTERM_STATUS
 
 
@@ -89,6 +91,100 @@ def test_fault(pool: RankPool, fault: Fault) -> None:
         assert pool.pids() == pids
     assert call(pool, all_reduce_sum) == [3.0, 3.0]  # the next call works
     assert (pool.pids() == pids) is not fault.respawn
+
+
+#: Tests that run out of memory on every rank, in a run() call and in the step timer's
+#: model_fn, batch_fn and loss; then a test that must run on the same ranks.
+OUT_OF_MEMORY_TESTS = r'''
+import os
+import pytest
+import torch
+import torch.distributed as dist
+from fault_cases import runs_out_of_memory
+
+PIDS = []
+
+def model():
+    return torch.nn.Linear(32, 32)  # 4224 bytes of parameters
+
+def batch(rank):
+    return torch.randn(8, 32)
+
+def test_run(nccl_group):
+    PIDS.extend(nccl_group.run(os.getpid))
+    nccl_group.run(runs_out_of_memory)
+
+def test_model_fn(ddp_step_timer):
+    ddp_step_timer(runs_out_of_memory, batch, steps=1, warmup=1)
+
+def test_batch_fn(ddp_step_timer):
+    ddp_step_timer(model, runs_out_of_memory, steps=1, warmup=1)
+
+def test_loss(ddp_step_timer):
+    ddp_step_timer(model, batch, loss_fn=runs_out_of_memory, steps=1, warmup=1)
+
+@pytest.mark.distperf(max_comm_overhead=10, max_imbalance=10)  # a tiny model on shared cores
+def test_the_next_test(nccl_group, ddp_step_timer):
+    assert nccl_group.run(os.getpid) == PIDS
+    t = torch.ones(1)
+    assert nccl_group.run(lambda: dist.all_reduce(t) or t.item()) == [2.0, 2.0]
+    ddp_step_timer(model, batch, steps=1, warmup=1, count_collectives=False)
+'''
+
+#: The start of every failure: the cause, on whichever rank the controller heard first.
+OOM_CAUSE = (r"rank [01] raised OutOfMemoryError on cpu: asked for 2\.00 GiB; free and peak "
+             r"memory unknown \(torch counts them on CUDA devices only\)")
+OOM_ADVICE = r"\. Make the batch or the model smaller, or shard the model over the ranks \(FSDP\)$"
+
+
+def test_out_of_memory_fails_its_test_cause_first(pytester: pytest.Pytester) -> None:
+    """Each test that runs out of memory fails with the cause first (the model's parameters
+    where the step timer built the model), and the next test runs on the same ranks."""
+    pytester.makepyfile(test_oom=OUT_OF_MEMORY_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--gpus", "2")
+    result.assert_outcomes(passed=1, failed=4)
+    text = result.stdout.str()
+    model = "; the model's parameters take 4.12 KiB"
+    for test, known in (("test_run", ""), ("test_model_fn", ""), ("test_batch_fn", model),
+                        ("test_loss", model)):
+        failure = text.split(f"_ {test} _")[1]
+        first = next(line for line in failure.splitlines() if "RankError: " in line)
+        cause = first.split("RankError: ", 1)[1]
+        assert re.fullmatch(OOM_CAUSE + re.escape(known) + OOM_ADVICE, cause), first
+        assert f"OutOfMemoryError: {CUDA_OOM}" in failure  # torch's words, in the traceback
+    assert "1 passed" in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("message", "asked"), [
+    (CUDA_OOM, "2.00 GiB"),
+    ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 3 has ...", "20.00 MiB"),
+    ("CUDA out of memory. Tried to allocate 512 bytes.", "512 bytes"),
+    ("XPU out of memory.", "an amount torch did not say"),
+])
+def test_out_of_memory_says_what_was_asked(message: str, asked: str) -> None:
+    import torch
+
+    memory.forget_model()
+    said = memory.out_of_memory(torch.OutOfMemoryError(message))
+    assert said.startswith(f"OutOfMemoryError on cpu: asked for {asked}; "), said
+    assert "parameters" not in said
+
+
+def test_out_of_memory_names_the_models_parameters() -> None:
+    import torch
+
+    memory.note_model(torch.nn.Linear(1024, 1024, dtype=torch.float16))
+    try:
+        said = memory.out_of_memory(torch.OutOfMemoryError(CUDA_OOM))
+    finally:
+        memory.forget_model()
+    assert "; the model's parameters take 2.00 MiB. Make" in said, said
+
+
+@pytest.mark.parametrize("error", [RuntimeError("CUDA error: an illegal memory access"),
+                                   MemoryError(), KeyError("out of memory")])
+def test_other_errors_are_not_out_of_memory(error: BaseException) -> None:
+    assert memory.out_of_memory(error) == ""
 
 
 def test_a_fresh_pool_takes_the_variables_set_since_the_last(

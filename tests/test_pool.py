@@ -555,6 +555,14 @@ def test_rank_error_reaches_every_rank(nccl_group):
     with pytest.raises(RankError, match="rank 1 raised ValueError: rank one says no"):
         nccl_group.run(bad)
 
+def test_out_of_memory_says_its_cause_first(nccl_group):
+    from pytest_distperf import RankError
+    def oom():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+    with pytest.raises(RankError, match=r"\Arank 0 raised OutOfMemoryError on cpu: asked for "
+                                        r"2\.00 GiB; free and peak memory unknown"):
+        nccl_group.run(oom)
+
 def test_measure_records_on_rank_zero_only(nccl_group):
     nccl_group.measure("tiny", lambda: None, iters=3)
 
@@ -596,7 +604,7 @@ def test_torchrun_mode(pytester: pytest.Pytester) -> None:
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
-    assert output.count("2 failed, 6 passed") == 2, output  # both ranks ran the whole file
+    assert output.count("2 failed, 7 passed") == 2, output  # both ranks ran the whole file
     # what a call changed in the process (the rank's pytest itself) was put back after it
     assert output.count("PASSED test_under_torchrun.py::test_the_next_call_gets_the_rank_"
                         "process_as_it_was") == 2, output

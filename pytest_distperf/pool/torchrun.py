@@ -11,6 +11,8 @@ from typing import Any
 
 from pytest_distperf.pool.launcher import RankError, threads_per_rank
 from pytest_distperf.rank import worker
+from pytest_distperf.rank.memory import is_out_of_memory, release_cached
+from pytest_distperf.rank.phase import set_phase
 
 #: What follows a destroyed group under torchrun: the group is the job's, built once.
 TORCHRUN_DESTROYED = ("torchrun's group cannot be rebuilt inside the job, so this test and "
@@ -64,12 +66,16 @@ class TorchrunEngine:
         worker.make_groups(((first,) if size < self.world_size else ()) + groups)
         reply: tuple[Any, ...] = ("skip",)
         if self.rank < size:
-            worker.set_phase(label)
+            set_phase(label)
+            freed = False
             try:
                 group = worker.GROUPS[first] if size < self.world_size else None
                 reply = ("ok", worker.run_here(fn, args, kwargs, group))
             except Exception as exc:  # every rank must still reach the gather below
-                reply = ("err", f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                reply = ("err", worker.summary(exc), traceback.format_exc())
+                freed = is_out_of_memory(exc)
+            if freed:  # what the failed call held is garbage now that its traceback is gone
+                release_cached()
             self._broken = worker.destroyed(self.rank, TORCHRUN_DESTROYED)
             if self._broken:  # this rank cannot reach the gather
                 raise RankError(self._broken, (self.rank,))

@@ -8,8 +8,11 @@ controller sends them work through the pool (:mod:`pytest_distperf.pool`) and ge
 * :mod:`~pytest_distperf.rank.worker`: the loop of a spawned rank (receive, run, reply);
 * :mod:`~pytest_distperf.rank.gpu`: an NCCL rank's driver, CUDA runtime and NVLinks, for the
   environment key;
+* :mod:`~pytest_distperf.rank.phase`: ``set_phase``, what the rank is doing now;
 * :mod:`~pytest_distperf.rank.clock`: the one clock (CUDA events or ``perf_counter``) and the
   barrier-aligned timing loop with its host-speed control;
+* :mod:`~pytest_distperf.rank.memory`: the peak memory a step reports, and what an
+  out-of-memory error says;
 * :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;
 * :mod:`~pytest_distperf.rank.ddp`: build, wrap and time training steps;
 * :mod:`~pytest_distperf.rank.inputs`: what a step is fed: its batch, the loss's target, the

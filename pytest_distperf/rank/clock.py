@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.records import RankTimes
 
 #: The control's work: CONTROL_REPS products of two CONTROL_N x CONTROL_N float32 matrices.

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_distperf.rank.clock import Clock, rank_device, time_with_control
-from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.records import CHUNKED_OPS, ROOT, BenchSpec, PairOutcome, SizeOutcome
 
 

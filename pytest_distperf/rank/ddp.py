@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,8 +31,9 @@ from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.common.shares import AUTO
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.inputs import default_loss, prepare_batch, takes_module, target_of
+from pytest_distperf.rank.memory import memory_figures, note_model, release_cached, rss_bytes
+from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.rank.shares import CALIBRATION_STEPS, Feed, calibrate
-from pytest_distperf.rank.worker import set_phase
 from pytest_distperf.records import PROFILED_REGION, CommCall, DimComm, RankStep
 
 WRAPPERS = ("ddp", "fsdp")
@@ -128,15 +127,11 @@ def time_steps(spec: StepSpec) -> RankStep:
     The model, its wrapper and the optimizer are released before returning, so that the
     next test on this rank starts from the same memory.
     """
-    import torch
-
     try:
         return _measure(spec)
     finally:
         set_phase("ddp_step_timer: cleaning up")
-        gc.collect()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        release_cached()
 
 
 @dataclasses.dataclass
@@ -181,6 +176,7 @@ def build(spec: StepSpec) -> Built:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"ddp_step_timer: model_fn() must return a torch.nn.Module, got "
                         f"{type(model).__name__}")
+    note_model(model)
     model = model.to(device)
     set_phase("ddp_step_timer: building the batch")
     # with a mesh, the ranks of a TP or PP group share one batch: batch_fn(data-parallel index)
@@ -475,18 +471,6 @@ def _from_barriers(built: Built, spec: StepSpec, rank: int) -> _Timed:
     return timed
 
 
-def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, str]:
-    """(peak bytes, capacity bytes, source): the CUDA allocator's peak on GPU, the largest
-    resident set size seen after a step on CPU."""
-    if clock.on_cuda:
-        import torch
-
-        peak = int(torch.cuda.max_memory_allocated(clock.device))
-        capacity = int(torch.cuda.get_device_properties(clock.device).total_memory)
-        return peak, capacity, "cuda_max_allocated"
-    return peak_rss, _host_memory_share(world), "rss"
-
-
 def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
           policy: Any = None) -> tuple[Any, Callable[[], Any]]:
     """The wrapped model and a context-manager factory that turns gradient sync off."""
@@ -504,20 +488,3 @@ def _wrap(model: Any, wrapper: str, device: Any, kwargs: dict[str, Any],
         return sharded, no_sync_of(sharded)
     raise ValueError(f"ddp_step_timer: wrapper must be one of {', '.join(WRAPPERS)}, "
                      f"got {wrapper!r}")
-
-
-def rss_bytes() -> int:
-    """This process's resident set size (0 where /proc is not available)."""
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return 0
-
-
-def _host_memory_share(world: int) -> int:
-    """Host memory divided evenly over the ranks of the group (0 when unknown)."""
-    try:
-        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or world
-    return int(total // max(1, local))

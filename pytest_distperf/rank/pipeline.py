@@ -19,7 +19,8 @@ from typing import Any
 
 from pytest_distperf.common.layout import Layout, data_index
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
-from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.rank.memory import memory_figures, rss_bytes
+from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.records import PIPELINE_CHUNK, Chunk, DimComm, RankPipeline
 
 #: A stage's methods that compute, and what each computes.
@@ -318,8 +319,6 @@ def blocks_of(module: Any) -> int:
 
 def _measure(spec: PipelineSpec) -> RankPipeline:
     import torch.distributed as dist
-
-    from pytest_distperf.rank.ddp import memory_figures, rss_bytes
 
     pipe = _build(spec)
     name = f"ddp_step_timer.pipeline ({spec.schedule}, {spec.microbatches} microbatches)"

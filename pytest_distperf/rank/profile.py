@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_distperf.common.layout import Layout
 from pytest_distperf.rank.clock import Clock
-from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.records import PROFILED_REGION, PROFILER_STEP, RankTrace
 
 

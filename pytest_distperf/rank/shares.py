@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_distperf.common.shares import batch_shares, ema, min_share, split_sizes
-from pytest_distperf.rank.worker import set_phase
+from pytest_distperf.rank.phase import set_phase
 
 #: ``"auto"``: no-sync steps timed, every rank on an even split, before the shares are set.
 CALIBRATION_STEPS = 6

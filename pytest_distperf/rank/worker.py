@@ -33,21 +33,17 @@ from typing import Any
 import cloudpickle
 
 from pytest_distperf.rank.gpu import gpu_facts
+from pytest_distperf.rank.memory import (
+    forget_model,
+    is_out_of_memory,
+    out_of_memory,
+    release_cached,
+)
+from pytest_distperf.rank.phase import attach, set_phase
 
 #: The environment variable that marks a pool's rank processes and their children
 #: (:mod:`pytest_distperf.pool.leftovers` finds them by it).
 POOL_MARKER = "DISTPERF_POOL"
-
-
-#: Shared buffer of this rank's current phase (the flight recorder the controller reads).
-_phase_buffer: Any = None
-
-
-def set_phase(text: str) -> None:
-    """Say what this rank is doing now; shown when a call times out.  Cheap; safe anywhere."""
-    if _phase_buffer is not None:
-        data = text.encode("utf-8", "replace")[: len(_phase_buffer) - 1]
-        _phase_buffer.value = data
 
 
 def _die_with_parent() -> None:
@@ -109,8 +105,7 @@ def main(
 ) -> None:
     """The rank process: guard, join the group, serve the controller's calls until told to
     stop (or the controller goes away)."""
-    global _phase_buffer
-    _phase_buffer = phase_buffer
+    attach(phase_buffer)
     _die_with_parent()
     os.environ.clear()  # the controller's variables now, not the fork server's
     os.environ.update(environ)
@@ -286,6 +281,7 @@ def make_groups(wanted: Any) -> None:
 def run_here(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], group: Any) -> Any:
     """Run a call's function in this process (a pool's rank, or a torchrun rank): with
     ``group`` as the default group, and this process's state put back afterwards."""
+    forget_model()
     with as_default_group(group), process_state_kept():
         return fn(*args, **kwargs)
 
@@ -314,8 +310,17 @@ def _guarded(call_id: int, thunk: Any) -> tuple[Any, ...]:
     try:
         return ("ok", call_id, thunk())
     except BaseException as exc:  # everything goes back to the controller
-        summary = f"{type(exc).__name__}: {exc}"
-        return ("err", call_id, summary, _user_traceback(exc))
+        reply = ("err", call_id, summary(exc), _user_traceback(exc))
+        freed = is_out_of_memory(exc)
+    if freed:  # what the failed call held is garbage now that its traceback is gone
+        release_cached()
+    return reply
+
+
+def summary(exc: BaseException) -> str:
+    """The first line of a failed call's report: an out-of-memory error's cause
+    (:func:`~pytest_distperf.rank.memory.out_of_memory`), else the error's type and message."""
+    return out_of_memory(exc) or f"{type(exc).__name__}: {exc}"
 
 
 def _user_traceback(exc: BaseException) -> str:
