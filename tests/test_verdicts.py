@@ -112,14 +112,19 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     monkeypatch.setenv("NAP_SLOWED", "3")
     monkeypatch.setenv("NAP_FASTER", "0.4")
     result = pytester.runpytest(*RUN)
-    result.assert_outcomes(passed=3, failed=1)
-    result.stdout.fnmatch_lines([
-        "*distperf: regressed in test_naps.py::test_slowed (tolerance 10%):",
-        "*metric*baseline*current*change*confidence*verdict",
-        "*slowed.time_s*ms*ms*+*%*%*regressed",
-        f"*slowed.time_s: regressed: *confirmed by {rule._CONTROL_MEASUREMENTS} measurements*"
-        "host-speed control *vs the baseline's, followed with slope *",
-    ])
+    # beside a busy neighbour no measurement of ``slowed`` may be quiet, and the rule then
+    # calls no regression: inconclusive for that reason only
+    busy = int(bool(re.search(r"slowed\.time_s: inconclusive: [^\n]*" + NOT_QUIET,
+                              result.stdout.str())))
+    result.assert_outcomes(passed=3 + busy, failed=1 - busy)
+    if not busy:
+        result.stdout.fnmatch_lines([
+            "*distperf: regressed in test_naps.py::test_slowed (tolerance 10%):",
+            "*metric*baseline*current*change*confidence*verdict",
+            "*slowed.time_s*ms*ms*+*%*%*regressed",
+            f"*slowed.time_s: regressed: *confirmed by {rule._CONTROL_MEASUREMENTS} "
+            "measurements*host-speed control *vs the baseline's, followed with slope *",
+        ])
     # ``same`` sleeps as long as at the save; on a host that got faster since (its control
     # quicker), that is also what CPU work slowed by as much would read, so the rule may not
     # tell it (docs/baselines.md, item 7): unchanged, or inconclusive for that reason only,
@@ -134,20 +139,21 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
             result.stdout.fnmatch_lines([
                 f"*INCONCLUSIVE*test_naps.py::test_{name}*{name}.time_s*the host ran * faster "
                 "than at the save*in proportion*"])
-    counts = {"inconclusive": 1 + sum(not v for v in told.values()),
+    counts = {"regressed": 1 - busy,
+              "inconclusive": 1 + busy + sum(not v for v in told.values()),
               "improved": int(told["faster"]), "unchanged": int(told["same"])}
     result.stdout.fnmatch_lines([
-        "*distperf verdicts (per metric): 1 regressed, "
-        + ", ".join(f"{n} {k}" for k, n in counts.items() if n),
-        "*REGRESSED*test_naps.py::test_slowed*slowed.time_s*",
-    ])
+        "*distperf verdicts (per metric): "
+        + ", ".join(f"{n} {k}" for k, n in counts.items() if n)])
+    if not busy:
+        result.stdout.fnmatch_lines(["*REGRESSED*test_naps.py::test_slowed*slowed.time_s*"])
     # murky is inconclusive: not statistically clear, or too noisy to tell under load
     result.stdout.re_match_lines([f".*INCONCLUSIVE.*test_naps.py::test_murky.*{MURKY}"])
     if told["faster"]:
         result.stdout.fnmatch_lines([
             "*IMPROVED*test_naps.py::test_faster*faster.time_s*re-save with --distperf-save*"])
     result.stdout.fnmatch_lines(["*PytestWarning: distperf: inconclusive*murky.time_s*"])
-    assert "FAILED test_naps.py::test_slowed" in result.stdout.str()
+    assert ("FAILED test_naps.py::test_slowed" in result.stdout.str()) == (not busy)
     assert stored.read_bytes() == saved  # comparing never writes
 
     # 3. another environment (1 rank, not 2) is never compared against
@@ -173,12 +179,13 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
     result.stdout.re_match_lines([f".*murky.time_s: inconclusive: .*{MURKY}"])
 
 
-def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) -> None:
-    """With no --distperf-save-measurements a save pools DEFAULT_SAVE_MEASUREMENTS (12)
-    measurements of a metric with the control, twice the most a comparison takes; the
-    report and the baseline file say so.  The report gives the change a comparison can
-    tell, the figure the stored baseline gives (rule.detectable), where the noise
-    probe left 3 quiet measurements or more to tell a spread by."""
+def test_a_save_measures_until_its_measurements_tell_the_tolerance(
+        pytester: pytest.Pytester) -> None:
+    """A save of a metric with the control takes measurements until at least four it keeps
+    tell a change of the tolerance nine times in ten, DEFAULT_SAVE_MEASUREMENTS (12) at
+    most; the report and the baseline file say how many it took and kept.  The report gives
+    the change a comparison can tell, the figure the stored baseline gives
+    (rule.detectable), where the noise probe left 3 quiet measurements or more."""
     pytester.makepyfile(test_quick="""
         import time
 
@@ -192,13 +199,17 @@ def test_a_save_takes_twelve_measurements_by_default(pytester: pytest.Pytester) 
     """)
     result = pytester.runpytest(*RUN, "--distperf-save")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"*quick.time_s: {DEFAULT_SAVE_MEASUREMENTS} measurement(s) "
-                                 "pooled, with the host-speed control*"])
+    taken = re.search(r"quick\.time_s: (\d+) of (\d+) measurement\(s\) pooled, with the "
+                      r"host-speed control", result.stdout.str())
+    assert taken is not None, result.stdout.str()
+    kept, count = int(taken[1]), int(taken[2])
+    assert kept <= count <= DEFAULT_SAVE_MEASUREMENTS == 12
+    assert count >= 4  # at least four, whatever they tell
     data = tomllib.loads((pytester.path / "perf_baselines" / "test_quick.toml").read_text())
     (env_id,) = data["tests"]["test_quick"]
     quick = (flat_metrics(data, "test_quick", env_id) or {})["quick.time_s"]
-    sizes = quick.get("measurements", [10])  # the quiet ones (the noise probe may drop some)
-    assert set(sizes) == {10} and len(sizes) <= DEFAULT_SAVE_MEASUREMENTS == 12
+    sizes = quick.get("measurements", [10])  # the ones it kept
+    assert set(sizes) == {10} and len(sizes) == kept
     assert len(quick["samples"]) == len(quick["control"]) == sum(sizes)
     # the detail gives the change a comparison can tell, as the stored baseline says
     stored = bl.load(pytester.path / "perf_baselines" / "test_quick.toml")
@@ -396,13 +407,14 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
 
     monkeypatch.setenv("WORK_SCALE", "2")
     report = pytester.path / "report.json"
-    result = pytester.runpytest(*RUN, "--distperf-json", str(report))
+    result = pytester.runpytest(*RUN, "--distperf-json", str(report), "--distperf-strict")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*work.time_s*regressed",
-        "*work.time_s: regressed: *confirmed by * measurements*host-speed control*"])
     (verdict,) = json.loads(report.read_text())["tests"][0]["verdicts"]
-    assert verdict["verdict"] == bl.REGRESSED
+    slower(verdict)
+    if verdict["verdict"] == bl.REGRESSED:
+        result.stdout.fnmatch_lines([
+            "*work.time_s*regressed",
+            "*work.time_s: regressed: *confirmed by * measurements*host-speed control*"])
     assert verdict["measurement_count"] == rule._CONTROL_MEASUREMENTS
     assert verdict["change"] > 0.5  # twice the work: about +100%
     assert verdict["host_change"] is not None
@@ -549,11 +561,16 @@ SAME_RANKS = "--distperf-same-ranks"
 STRICT = "--distperf-strict"
 
 
+#: What an inconclusive verdict says when beside a busy neighbour no measurement was quiet.
+NOT_QUIET = "no measurement was quiet enough to call it a regression"
+
+
 def slower(verdict: dict) -> None:
     """A timing verdict of a change several times the tolerance: regressed, or beside a busy
     neighbour too noisy to tell; never unchanged."""
     if verdict["verdict"] == bl.INCONCLUSIVE:
-        assert "too noisy to tell" in verdict["detail"], verdict
+        assert ("too noisy to tell" in verdict["detail"]
+                or NOT_QUIET in verdict["detail"]), verdict
     else:
         assert verdict["verdict"] == bl.REGRESSED, verdict
 
