@@ -49,8 +49,8 @@ DEFAULT_TOLERANCE = 0.10
 #: any change counts.
 DEFAULT_EXACT_TOLERANCE = 0.0
 
-#: Measurements a save pools for a metric with the host-speed control (twice the six a
-#: comparison takes at most: every later comparison shares the baseline's error), and the
+#: The most measurements a save takes of a metric with the host-speed control (twice the six
+#: a comparison takes at most: every later comparison shares the baseline's error), and the
 #: most ``--distperf-save-measurements`` may ask for.
 DEFAULT_SAVE_MEASUREMENTS = 12
 MAX_SAVE_MEASUREMENTS = 50
@@ -435,8 +435,8 @@ HELP_STRICT = "fail on inconclusive verdicts (too noisy to tell) too"
 HELP_SAME_RANKS = "re-measure ddp_step_timer steps on the pool's ranks, not fresh ones"
 HELP_ENV_NAME = "name the runner type: it keys the baselines in place of the machine's details"
 HELP_BIND = "bind each gloo rank to its own cores (baselines are kept apart by it)"
-HELP_SAVE_MEASUREMENTS = "measurements a save pools for a controlled metric (default 12)"
-HELP_TOLERANCE = "the relative change a comparison must catch (default 0.10)"
+HELP_SAVE_MEASUREMENTS = "most measurements a save takes of a controlled metric (default 12)"
+HELP_TOLERANCE = "fail on a confirmed change larger than this fraction (default 0.10)"
 HELP_EXACT_TOLERANCE = "how far an exact count may move from its baseline (default 0)"
 HELP_MARKDOWN = "write a Markdown summary to PATH (and to $GITHUB_STEP_SUMMARY if set)"
 HELP_PLOTS = "write PNG plots into DIR (needs matplotlib)"

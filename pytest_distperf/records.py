@@ -262,7 +262,7 @@ class Measurement:
 
     ``fresh_ranks``: the re-measurement sets up everything it needs (a ``ddp_step_timer``
     step), so it may run on freshly started ranks rather than on the pool's own, whose
-    offset it would share (docs/baselines.md, item 9)."""
+    offset it would share (benchmarks/log/statistics.md, item 9)."""
 
     label: str
     metrics: tuple[Metric, ...]

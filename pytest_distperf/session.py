@@ -389,7 +389,7 @@ class DistperfSession:
         (``Measurement.fresh_ranks``) on a pool of fresh ranks started for the round, which
         leaves the session's pool, and what earlier calls left on its ranks, as it was.  Each
         set of rank processes runs at its own speed, a few percent apart, however long it is
-        measured (docs/baselines.md, item 9)."""
+        measured (benchmarks/log/statistics.md, item 9)."""
         measurements = {m.label: m for m in record.measurements if m.remeasure is not None}
         side: list[Any] = []  # this round's fresh pool, if it has one
         where: dict[str, list[bool]] = {}  # per label: each re-measurement on fresh ranks?

@@ -54,3 +54,27 @@ def test_every_help_text_is_one_line() -> None:
     texts = {k: v for k, v in vars(config).items() if k.startswith("HELP_")}
     assert len(texts) >= 17 and all(len(v) <= 80 and "\n" not in v for v in texts.values()), {
         k: len(v) for k, v in texts.items() if len(v) > 80}
+
+
+CODE_NAME = re.compile(r"`([a-z]+)\.([A-Za-z_][\w.]*)`")
+
+
+def test_every_name_the_verdict_rule_cites_is_in_the_code() -> None:
+    """docs/verdict-rule.md names the code of each sentence as `module.name`, a module of
+    pytest_distperf/verdict/: each such name exists there."""
+    import importlib
+
+    text = (ROOT / "docs" / "verdict-rule.md").read_text()
+    modules = {p.stem for p in (ROOT / "pytest_distperf" / "verdict").glob("*.py")}
+    cited = [(m, name) for m, name in CODE_NAME.findall(text)
+             if m in modules and name != "py"]  # `explain.py` is a file
+    assert len(cited) >= 40, cited  # the sentences cite their code
+    missing = []
+    for module, name in cited:
+        obj: object = importlib.import_module(f"pytest_distperf.verdict.{module}")
+        for part in name.split("."):
+            if not hasattr(obj, part):
+                missing.append(f"{module}.{name}")
+                break
+            obj = getattr(obj, part)
+    assert not missing, f"docs/verdict-rule.md cites names the code does not have: {missing}"

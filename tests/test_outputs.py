@@ -225,6 +225,23 @@ def test_the_summary_is_grouped_by_test_with_regressions_first_in_colour(run: Ru
     assert any("REGRESSED" in line and REGRESSED in line for line in lines)
 
 
+def test_the_summary_ends_with_a_legend_of_the_words_it_shows(run: Run) -> None:
+    """The run's verdicts against baselines are exact counts and informational fractions:
+    the legend says what those mean, and nothing about a measured figure it does not show;
+    the Markdown summary ends with the same."""
+    lines = [_plain(line) for line in run.text.split("distperf summary", 1)[1].splitlines()]
+    start = lines.index("legend:")
+    assert lines[start + 1:start + 4] == [
+        "  exact: a count fails on any change past its exact tolerance (0 unless set)",
+        "  pt: percentage points, the change of a fraction (0..1)",
+        "  informational: compared and shown, never a failure"]
+    assert lines[start + 4].startswith("distperf: ")  # where the outputs went
+    assert (run.out / "summary.md").read_text().endswith(
+        "Legend:\n\n- exact: a count fails on any change past its exact tolerance (0 unless "
+        "set)\n- pt: percentage points, the change of a fraction (0..1)\n- informational: "
+        "compared and shown, never a failure\n")
+
+
 def test_quiet_keeps_the_regressions_and_the_counts(run: Run) -> None:
     _, records = jsonreport.read_json(run.out / "report.json")
     quiet = [line.text for line in report.summary(records, quiet=True)]

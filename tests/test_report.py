@@ -4,6 +4,7 @@ run are tested in test_outputs.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -113,14 +114,16 @@ SNAPSHOT_RECORDS = [
         breaches=["imbalance = 0.250 exceeds max_imbalance = 0.100 (ranks involved: 1)\n"
                   "    suggestion: rebalance the per-rank batch"],
         verdicts=[Verdict("step_time_s", "unchanged", "gloo-cpu-w2", "s", False, 0.0121, 0.0123,
-                          0.0165, 0.6),
+                          0.0165, 0.6, 0.1, host_change=0.02, control_slope=0.8),
                   Verdict("comm.all_reduce.calls", "regressed", "gloo-cpu-w2", "calls/step",
-                          False, 2.0, 4.0, 1.0, None, detail="exact: 2 -> 4",
-                          explanation="smaller gradient buckets (bucket_cap_mb)?")]),
+                          False, 2.0, 4.0, 1.0, None, 0.1, detail="exact: 2 -> 4",
+                          explanation="smaller gradient buckets (bucket_cap_mb)?",
+                          kind="exact")]),
     TestRecord("tests/test_b.py::test_bw", 2, [Measurement("bench", (
         Metric("all_reduce.16MiB.busbw_gbps", 2.5, "GB/s", True),))],
         verdicts=[Verdict("all_reduce.16MiB.busbw_gbps", "improved", "gloo-cpu-w2", "GB/s", True,
-                          2.0, 2.5, 0.25, 0.999, detail="confirmed by 3 measurements")]),
+                          2.0, 2.5, 0.25, 0.999, 0.1, host_change=0.01, control_slope=0.5,
+                          detail="confirmed by 3 measurements")]),
 ]
 SNAPSHOT = """\
 ## distperf: 1 regressed, 1 threshold breach(es)
@@ -160,6 +163,14 @@ involved: 1) suggestion: rebalance the per-rank batch
 
 Artifacts: JSON report `out/report.json`; plots `out/plots`; \
 [this run's artifacts](https://github.com/o/r/actions/runs/7#artifacts)
+
+Legend:
+
+- fails (regressed): a confirmed change for the worse larger than its tolerance (10%)
+- compared: a time with the host-speed control (CPU ranks) by its samples' 25% quantile, the \
+host's speed taken out
+- exact: a count fails on any change past its exact tolerance (0 unless set)
+- confidence: 1 - p of the one-sided Mann-Whitney test the verdict used
 """
 
 
@@ -225,6 +236,70 @@ def test_a_run_that_compared_nothing_says_so_first(kinds: tuple[str, ...], loud:
     assert terminal[0] == report.Line(line, "yellow", bold=True)
     assert md[0].startswith("## distperf: nothing compared")
     assert md[2:4] == ["> [!WARNING]", f"> **{line.removeprefix('distperf: ')}**"]
+
+
+def _verdict(verdict: str, unit: str = "s", **fields: object) -> Verdict:
+    return dataclasses.replace(Verdict("m", verdict, KEY, unit, False, 1.0, 1.2, 0.2,
+                                       tolerance=0.1), **fields)
+
+
+@pytest.mark.parametrize(("verdicts", "words"), [
+    # a plain time, unchanged: what fails, and by which statistic
+    ([_verdict("unchanged")],
+     ["fails (regressed): a confirmed change for the worse larger than its tolerance (10%)",
+      "compared: a time by the 5% quantile of its samples (a rate: the 95%)"]),
+    # with the control, regressed, with a confidence; two tolerances in one run
+    ([_verdict("regressed", host_change=0.02, confidence=0.999),
+      dataclasses.replace(_verdict("unchanged"), tolerance=0.2)],
+     ["fails (regressed): a confirmed change for the worse larger than its tolerance "
+      "(10%, 20%)",
+      "compared: a time by the 5% quantile of its samples (a rate: the 95%); a time with the "
+      "host-speed control (CPU ranks) by its samples' 25% quantile, the host's speed taken out",
+      "confidence: 1 - p of the one-sided Mann-Whitney test the verdict used"]),
+    # a fraction, inconclusive
+    ([_verdict("inconclusive", "fraction")],
+     ["fails (regressed): a confirmed change for the worse larger than its tolerance (10%)",
+      "compared: a fraction by its value, and by 0.05 pt at least",
+      "pt: percentage points, the change of a fraction (0..1)",
+      "inconclusive: a change past the tolerance that the run could not confirm; passes, "
+      "fails under --distperf-strict"]),
+    # exact and informational only (a profile's counts and fractions): nothing measured fails
+    ([_verdict("regressed", "calls", kind="exact"),
+      _verdict("informational", "fraction", kind="informational")],
+     ["exact: a count fails on any change past its exact tolerance (0 unless set)",
+      "pt: percentage points, the change of a fraction (0..1)",
+      "informational: compared and shown, never a failure"]),
+    # nothing compared with a baseline: no legend
+    ([_verdict("saved"), Verdict("m", "no baseline", KEY), Verdict("m", "not comparable", KEY)],
+     []),
+])
+def test_the_legend_explains_what_the_summary_shows(verdicts: list[Verdict],
+                                                    words: list[str]) -> None:
+    assert report.legend(verdicts) == words
+    records = [TestRecord("t.py::test_a", 2, verdicts=verdicts)]
+    lines = [line.text for line in report.summary(records)]
+    md = markdown.markdown_summary(records, header="distperf: 2 ranks")
+    if not words:
+        assert "legend:" not in lines and "Legend:" not in md
+        return
+    # the terminal summary ends with it, the Markdown too; -q leaves it out
+    assert lines[-len(words) - 1:] == ["legend:", *(f"  {w}" for w in words)]
+    assert md.endswith("Legend:\n\n" + "".join(
+        f"- {markdown._escape(w)}\n" for w in words))
+    assert "legend:" not in [line.text for line in report.summary(records, quiet=True)]
+
+
+def test_the_legend_gives_the_figures_of_the_rule() -> None:
+    """The report cannot import the verdict's constants (its room's rule): its words are
+    checked against them here."""
+    from pytest_distperf.verdict import readings, stats
+
+    text = " ".join(report.legend([_verdict("unchanged"), _verdict("unchanged", "fraction"),
+                                   _verdict("unchanged", host_change=0.0)]))
+    assert f"the {stats._ESTIMATOR_QUANTILE:.0%} quantile" in text
+    assert f"the {1 - stats._ESTIMATOR_QUANTILE:.0%}" in text
+    assert f"{readings._CONTROL_ESTIMATOR_QUANTILE:.0%} quantile" in text
+    assert f"{stats.min_abs_delta('fraction') * 100:g} pt at least" in text
 
 
 def _row(lines: list[report.Line], name: str) -> list[str]:

@@ -127,7 +127,7 @@ def test_save_then_compare_regression_improvement_mismatch_strict(
         ])
     # ``same`` sleeps as long as at the save; on a host that got faster since (its control
     # quicker), that is also what CPU work slowed by as much would read, so the rule may not
-    # tell it (docs/baselines.md, item 7): unchanged, or inconclusive for that reason only,
+    # tell it (docs/verdict-rule.md, sentence 9): unchanged, or inconclusive for that reason only,
     # never a failure.  The host's speed between two pytest runs is not the test's to set.
     # The same holds for ``faster`` on a host more than 40% faster since the save: 0.4x the
     # sleep is then what CPU work slower by as much would read (CI met such a host once).

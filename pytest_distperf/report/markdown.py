@@ -3,7 +3,7 @@ summary or a pull-request comment shows.  No torch, no pytest.
 
 Compact on purpose: the environment, the verdict counts, a table of the regressions,
 improvements and inconclusive verdicts with what changed with each, the threshold breaches,
-every figure folded away, and where the other outputs are.
+every figure folded away, where the other outputs are, and a legend of the verdicts' words.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pytest_distperf.report.terminal import (
     dark_lines,
     format_change,
     format_value,
+    legend,
     moved,
     moved_row,
     nothing_compared_line,
@@ -90,6 +91,9 @@ def markdown_summary(records: Sequence[TestRecord], *, header: str,
         out += ["Artifacts: " + "; ".join(
             [f"{what} `{where}`" for what, where in artifacts]
             + ([f"[this run's artifacts]({url}#artifacts)"] if url else [])), ""]
+    entries = legend([v for _, v in verdicts])
+    if entries:
+        out += ["Legend:", "", *(f"- {_escape(e)}" for e in entries), ""]
     return "\n".join(out)
 
 

@@ -10,7 +10,19 @@ from typing import NamedTuple
 from pytest_distperf.analysis.topology import DIFFER, SLOW_PAIR_RATIO, slow_pairs, suspect_ranks
 from pytest_distperf.config import format_bytes
 from pytest_distperf.fixtures.results.group import CollectiveResult, PairMatrix
-from pytest_distperf.records import VERDICT_ORDER, Metric, TestRecord, Verdict
+from pytest_distperf.records import (
+    EXACT,
+    IMPROVED,
+    INCONCLUSIVE,
+    INFO,
+    MEASURED,
+    REGRESSED,
+    UNCHANGED,
+    VERDICT_ORDER,
+    Metric,
+    TestRecord,
+    Verdict,
+)
 
 
 class Line(NamedTuple):
@@ -55,14 +67,58 @@ def summary(records: Sequence[TestRecord], *, quiet: bool = False,
             strict: bool = False) -> list[Line]:
     """The session's summary: one block per test that recorded metrics (tests with
     regressions first, then breaches), then the verdict counts and the verdicts worth a look.
-    ``quiet`` (pytest's ``-q``) keeps the counts, the regressions and the breaches."""
+    ``quiet`` (pytest's ``-q``) keeps the counts, the regressions and the breaches; the
+    rest ends with the :func:`legend` of the verdicts it shows."""
     banner = nothing_compared_line(records)
     lines = [Line(banner, "yellow", bold=True)] if banner else []
-    if not quiet:
-        shown = [r for r in records if r.metrics or r.breaches or r.verdicts]
-        for record in sorted(shown, key=lambda r: _test_status(r)[0]):
-            lines.extend(test_block(record))
-    return lines + verdict_summary(records, quiet=quiet, strict=strict)
+    if quiet:
+        return lines + verdict_summary(records, quiet=True, strict=strict)
+    shown = [r for r in records if r.metrics or r.breaches or r.verdicts]
+    for record in sorted(shown, key=lambda r: _test_status(r)[0]):
+        lines.extend(test_block(record))
+    lines += verdict_summary(records, strict=strict)
+    entries = legend([v for r in records for v in r.verdicts])
+    return lines + ([Line("legend:")] + [Line(f"  {e}") for e in entries] if entries else [])
+
+
+#: The verdicts of a metric compared with its baseline: the ones the legend explains.
+COMPARED = (REGRESSED, INCONCLUSIVE, IMPROVED, UNCHANGED, INFO)
+
+
+def legend(verdicts: Sequence[Verdict]) -> list[str]:
+    """What the summary's verdicts and columns mean, one entry each, for ``verdicts``
+    compared with a baseline (none: no legend): at what change a test fails and which
+    statistic is compared, exact counts, confidence, pt, inconclusive and informational,
+    each only where a verdict it explains is among them.  The figures are the verdict
+    rule's (docs/verdict-rule.md, sentences 1, 2, 4, 7 and 11)."""
+    shown = [v for v in verdicts if v.verdict in COMPARED and v.baseline is not None]
+    judged = [v for v in shown if v.kind == MEASURED]
+    out = []
+    if judged:
+        tolerances = ", ".join(f"{t * 100:g}%" for t in sorted({v.tolerance for v in judged}))
+        out.append(f"fails (regressed): a confirmed change for the worse larger than its "
+                   f"tolerance ({tolerances})")
+        ways = []
+        if any(v.host_change is None and v.unit != "fraction" for v in judged):
+            ways.append("a time by the 5% quantile of its samples (a rate: the 95%)")
+        if any(v.host_change is not None for v in judged):
+            ways.append("a time with the host-speed control (CPU ranks) by its samples' 25% "
+                        "quantile, the host's speed taken out")
+        if any(v.unit == "fraction" for v in judged):
+            ways.append("a fraction by its value, and by 0.05 pt at least")
+        out.append("compared: " + "; ".join(ways))
+    if any(v.kind == EXACT for v in shown):
+        out.append("exact: a count fails on any change past its exact tolerance (0 unless set)")
+    if any(v.confidence is not None for v in shown):
+        out.append("confidence: 1 - p of the one-sided Mann-Whitney test the verdict used")
+    if any(v.unit == "fraction" for v in shown):
+        out.append("pt: percentage points, the change of a fraction (0..1)")
+    if any(v.verdict == INCONCLUSIVE for v in shown):
+        out.append("inconclusive: a change past the tolerance that the run could not confirm; "
+                   "passes, fails under --distperf-strict")
+    if any(v.verdict == INFO for v in shown):
+        out.append("informational: compared and shown, never a failure")
+    return out
 
 
 def shown_value(metric: Metric | None, verdict: Verdict | None) -> float | None:
