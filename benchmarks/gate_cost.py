@@ -9,8 +9,11 @@ ranks.  Each block runs pytest three times in fresh processes, in turn:
 
 The script prints each run's wall time, the load of the machine during it (1-minute load
 average before and after), and the medians and ranges of compare/plain and save/plain.
+``--model 4x256``: a GPT of 4 blocks of width 256 (about 1 s a step on a CPU rank here, 20
+steps as a user's test would take), the size of issue 49's save-cost case.
 
     PYTHONPATH=. python benchmarks/gate_cost.py --blocks 6 --json /tmp/gate_cost.json
+    PYTHONPATH=. python benchmarks/gate_cost.py --model 4x256 --blocks 1
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from torch import nn
 # 2 ranks time-sliced on a shared machine: only a gross imbalance should fail here
 pytestmark = pytest.mark.distperf(max_imbalance=1.5, max_comm_overhead=0.6)
 
-WIDTH, HEADS, BLOCKS, VOCAB, SEQ, BATCH = 128, 4, 2, 512, 65, 8
+WIDTH, HEADS, BLOCKS, VOCAB, SEQ, BATCH = SHAPE
 
 
 class GPT(nn.Module):
@@ -67,9 +70,11 @@ def make_batch(rank):
 
 
 def test_gpt_step(ddp_step_timer):
-    timing = ddp_step_timer(make_model, make_batch, steps=10, warmup=3)
+    timing = ddp_step_timer(make_model, make_batch, steps=STEPS, warmup=3)
     assert timing.step_time_s > 0
 '''
+#: (width, heads, blocks, vocabulary, sequence + 1, batch rows per rank) and steps per model
+MODELS = {"small": ((128, 4, 2, 512, 65, 8), 10), "4x256": ((256, 4, 4, 4096, 257, 8), 20)}
 
 
 def load() -> float:
@@ -99,11 +104,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--model", choices=sorted(MODELS), default="small",
+                        help="small (default): 2 x 128, ~20 ms a step; 4x256: ~1 s a step")
     args = parser.parse_args()
+    shape, steps = MODELS[args.model]
     rows = []
     with tempfile.TemporaryDirectory(prefix="gate-cost-") as tmp:
         folder = Path(tmp)
-        (folder / "test_gpt.py").write_text(TEST)
+        (folder / "test_gpt.py").write_text(f"SHAPE, STEPS = {shape!r}, {steps}\n" + TEST)
         for block in range(args.blocks):
             base = folder / f"baselines{block}"
             plain = run_pytest(folder, folder / f"empty{block}")
