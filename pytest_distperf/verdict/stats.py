@@ -1,7 +1,7 @@
 """The statistics of a verdict: estimators, the sample spread and the Mann-Whitney test,
 and the arithmetic of the host-speed control.  Pure: numpy at most.
 
-docs/baselines.md has the evidence behind each constant.
+benchmarks/log/statistics.md has the evidence behind each constant.
 """
 
 from __future__ import annotations
