@@ -3,13 +3,13 @@
 # showed): benchmarks/gpu_gate.py on nanoGPT's GPT-2 small, within TOTAL_S (default 350 s).
 # Wheels in .whl/ (tomli-w: the save writes TOML) are installed first; pytest_distperf is this
 # working tree's (on PYTHONPATH), so what is proved is the commit that travelled.
-#   GPT=gpu_gate_model/model.py GPT_SOURCE="karpathy/nanoGPT model.py at <commit>" \
+#   GPT=.gate/model.py GPT_SOURCE="karpathy/nanoGPT model.py at <commit>" \
 #       OUT=/tmp/gate bash benchmarks/gpu_gate.sh [more gpu_gate.py options]
 # Files under OUT: gpu_gate.json, gpu_gate.md, gpu_gate.log.
 set -u
 OUT=${OUT:-/tmp/gpu-gate-out}
 TOTAL_S=${TOTAL_S:-350}
-GPT=${GPT:-gpu_gate_model/model.py}
+GPT=${GPT:-.gate/model.py}
 mkdir -p "$OUT"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
