@@ -44,6 +44,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -157,7 +158,10 @@ def run_pytest(project: Path, args: list[str], env: dict[str, str], timeout: flo
     except subprocess.TimeoutExpired:
         stopped = True
         out = stop(proc) + f"\n[stopped at the budget: {timeout:.0f} s]"
-    data = json.loads(report.read_text()) if report.exists() else {}
+    try:
+        data = json.loads(report.read_text()) if report.exists() else {}
+    except (OSError, ValueError) as exc:  # a run stopped while writing it
+        data, out = {}, f"{out}\n[its JSON report could not be read: {exc}]"
     return {"exit": None if stopped else proc.returncode,
             "wall_s": round(time.monotonic() - started, 1), "tail": out[-3000:], "report": data}
 
@@ -423,6 +427,7 @@ def goals(result: dict[str, Any], cuda: bool) -> list[tuple[str, str]]:
     out = []
     ratio = hand.get("ratio")
     out.append(("step timer within 1% of a back-to-back hand loop",
+                "failed (hand_loop.error in the JSON)" if "error" in hand else
                 "not run" if ratio is None else
                 f"{'met' if abs(ratio - 1) <= 0.01 else 'NOT met'}: {ratio:.4f} "
                 f"(A/A {hand['aa']:.4f})" + ("" if cuda else "; CPU: steps start at barriers")))
@@ -597,8 +602,12 @@ def main(argv: list[str] | None = None) -> int:
                 break
         if runs and runs[0]["exit"] == 0 and budget.left() > 20:
             print(f"[{budget.spent():5.0f} s] the step timer against a hand loop", flush=True)
-            result["hand_loop"] = against_hand_loop(project, shape, ranks, rounds, budget,
-                                                    reserve=30.0)
+            try:
+                result["hand_loop"] = against_hand_loop(project, shape, ranks, rounds, budget,
+                                                        reserve=30.0)
+            except Exception:  # the verdicts above are still reported
+                traceback.print_exc()
+                result["hand_loop"] = {"error": traceback.format_exc()[-3000:]}
         # auto: the full check where it fits, else the quick one
         fits = [m for m in (("full", "quick") if doctor == "auto" else (doctor,))
                 if m != "off" and budget.left() >= DOCTOR_S[m]]
