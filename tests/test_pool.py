@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fault_cases import start_held_run, wait_gone
 
+from pytest_distperf.fixtures.group import DistGroup
 from pytest_distperf.pool import launcher
 from pytest_distperf.pool.launcher import RankError, RankPool, RankTimeout, is_secondary
 
@@ -243,6 +244,29 @@ def test_a_pool_of_gpu_ranks_is_told_each_ranks_device_and_keeps_it() -> None:
     assert (sibling.backend, sibling.devices) == ("gloo", (0, 0))
     with pytest.raises(ValueError, match="devices: one per rank, got 1 for 2"):
         RankPool(2, "nccl", devices=(0,))
+
+
+class _GlooOnGpus:
+    """An engine's description of gloo ranks on GPUs; no call may reach ranks through it."""
+
+    world_size, backend, device_type, mode = 2, "gloo", "cuda", "spawned"
+
+    def execute(self, *args: object, **kwargs: object) -> list[object]:
+        raise AssertionError("the refusal comes before any call on the ranks")
+
+
+@pytest.mark.parametrize(("call", "what"), [
+    (lambda g: g.bench("send_recv"), "bench('send_recv')"),
+    (lambda g: g.bench_pairs(), "bench_pairs()"),
+])
+def test_gloo_ranks_on_gpus_refuse_send_and_recv_before_any_rank_runs(
+        call: Callable[[DistGroup], object], what: str) -> None:
+    with pytest.raises(ValueError) as info:
+        call(DistGroup(_GlooOnGpus()))  # type: ignore[arg-type]
+    assert str(info.value) == (
+        f"{what}: gloo cannot send or receive GPU tensors (only its collectives take them), "
+        f"and these ranks run gloo on the GPU (--distperf-backend gloo-cuda); run it with "
+        f"--distperf-backend nccl, or gloo for CPU ranks")
 
 
 def test_a_rank_placed_on_a_gpu_puts_its_work_there_whatever_its_backend(
@@ -589,13 +613,15 @@ def test_nccl_ranks_share_a_gpu_only_where_asked_and_nccl_allows_it(
         pytester: pytest.Pytester, one_gpu: None, monkeypatch: pytest.MonkeyPatch,
         nccl_version: Callable[[tuple[int, ...]], None]) -> None:
     pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
-    args = ("-p", "no:cacheprovider", "--distperf", "--gpus", "2", "--collect-only")
+    # the quick runs' options ask for gloo (tests/quick_runs.py): ask for NCCL
+    args = ("-p", "no:cacheprovider", "--distperf", "--distperf-backend", "nccl", "--gpus", "2",
+            "--collect-only")
     nccl_version((2, 30, 1))
     result = pytester.runpytest(*args)  # not asked for: one rank per GPU, as before
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --gpus 2 needs 2 GPUs (one per rank) but 1 is "
-                                 "visible; *, or NCCL_MULTI_RANK_GPU_ENABLE=1 to put up to 2 "
-                                 "NCCL ranks on a GPU (experimental), or *"])
+    result.stderr.fnmatch_lines(["ERROR: --distperf-backend nccl needs 2 GPUs (one per rank) "
+                                 "but 1 is visible; *, or NCCL_MULTI_RANK_GPU_ENABLE=1 to put "
+                                 "up to 2 NCCL ranks on a GPU (experimental), or *"])
     monkeypatch.setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
     result = pytester.runpytest(*args)
     assert result.ret == pytest.ExitCode.OK
@@ -604,8 +630,7 @@ def test_nccl_ranks_share_a_gpu_only_where_asked_and_nccl_allows_it(
         "visible), torch *",
         "distperf: 2 ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL 2.30.1, "
         "experimental): they share its SMs and memory, *"])
-    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--gpus", "3",
-                                "--collect-only")
+    result = pytester.runpytest(*args[:-2], "3", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([
         "ERROR: NCCL_MULTI_RANK_GPU_ENABLE=1: 3 ranks on 1 GPU would put 3 on one, and NCCL "
