@@ -15,7 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeGuard
 
-BACKENDS = ("auto", "nccl", "gloo")
+#: ``gloo-cuda``: gloo ranks whose tensors are on the GPUs, several to a GPU where they must.
+BACKENDS = ("auto", "nccl", "gloo", "gloo-cuda")
+#: The NCCL that first lets several ranks share a GPU (experimental, behind
+#: ``NCCL_MULTI_RANK_GPU_ENABLE=1``), and how many it lets share one.
+NCCL_SHARED_GPU_VERSION = (2, 30)
+NCCL_MAX_RANKS_PER_GPU = 2
+#: The variable that asks NCCL for several ranks per GPU.
+NCCL_SHARED_GPU_VARIABLE = "NCCL_MULTI_RANK_GPU_ENABLE"
 #: The baseline folder under the rootdir, where ``--distperf-baselines`` does not say.
 DEFAULT_BASELINES_DIRNAME = "perf_baselines"
 DEFAULT_TIMEOUT_S = 300.0
@@ -347,45 +354,119 @@ def validate_marker_kwargs(kwargs: dict[str, object], where: str) -> dict[str, f
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a pool's ranks go: how many, on which backend, from which CUDA device on."""
+    """Where a pool's ranks go: how many, on which backend, and each rank's CUDA device."""
 
     world_size: int
-    backend: str  # "nccl" or "gloo"
-    device_offset: int  # rank r uses cuda:(device_offset + r) on NCCL; 0 on gloo
+    backend: str  # "nccl" or "gloo": what torch.distributed is started with
+    devices: tuple[int, ...] = ()  # rank r on cuda:devices[r]; () for CPU ranks
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.devices else "cpu"
+
+    @property
+    def ranks_per_gpu(self) -> int:
+        """The most ranks on one GPU (0 for CPU ranks)."""
+        return ranks_per_gpu(self.devices)
+
+
+def ranks_per_gpu(devices: tuple[int, ...]) -> int:
+    """The most ranks that ``devices`` (each rank's GPU) put on one GPU; 0 without GPUs."""
+    return max((devices.count(d) for d in set(devices)), default=0)
 
 
 def place_ranks(requested_backend: str, gpus: int | None, visible_gpus: int,
-                nccl_available: bool, worker_index: int = 0, worker_count: int = 1) -> Placement:
+                nccl_available: bool, worker_index: int = 0, worker_count: int = 1, *,
+                nccl_version: tuple[int, ...] = (), shared_gpus: bool = False) -> Placement:
     """Choose world size, backend and devices for one pool (one per pytest-xdist worker).
 
-    World size: ``--gpus``, else the visible GPUs divided between xdist workers, else 2.
-    ``auto`` takes NCCL when this worker's slice of devices (``I*N .. I*N+N-1`` for worker
-    ``gwI``) exists, and gloo where no GPU is usable.  Where GPUs are visible but too few for
-    the slice, ``auto`` and ``nccl`` alike are a ConfigError that says how many devices are
-    needed, how many are visible and the ways out: only ``gloo`` runs CPU ranks on a
-    machine with GPUs.
+    World size: ``--gpus``, else the visible GPUs divided between xdist workers (at least 2
+    for ``gloo-cuda``, whose point is several ranks), else 2.  ``auto`` takes NCCL when this
+    worker's slice of devices (``I*N .. I*N+N-1`` for worker ``gwI``) exists, and gloo where
+    no GPU is usable.  Where GPUs are visible but too few for the slice, ``auto`` and ``nccl``
+    put up to :data:`NCCL_MAX_RANKS_PER_GPU` ranks on each of the worker's GPUs when
+    ``shared_gpus`` (``NCCL_MULTI_RANK_GPU_ENABLE=1``) is set and ``nccl_version`` allows
+    it; else they are a ConfigError that says how many devices are needed, how many are
+    visible and the ways out.  ``gloo-cuda`` puts gloo ranks round robin on the worker's
+    GPUs, as many to a GPU as it takes.
     """
     if gpus is not None:
         world = gpus
     elif visible_gpus:
         world = max(1, visible_gpus // max(1, worker_count))
+        world = max(world, 2) if requested_backend == "gloo-cuda" else world
     else:
         world = 2
     offset = worker_index * world
+    if requested_backend == "gloo-cuda":
+        if not visible_gpus:
+            raise ConfigError(
+                "--distperf-backend gloo-cuda: no CUDA device is visible (this torch has no "
+                "CUDA support, or CUDA_VISIBLE_DEVICES hides every GPU); use "
+                "--distperf-backend gloo for CPU ranks")
+        return Placement(world, "gloo", _round_robin(world, visible_gpus, worker_index,
+                                                     worker_count))
     if requested_backend == "gloo" or (requested_backend == "auto" and not nccl_available):
-        return Placement(world, "gloo", 0)
+        return Placement(world, "gloo")
     if nccl_available and visible_gpus >= offset + world:
-        return Placement(world, "nccl", offset)
+        return Placement(world, "nccl", tuple(range(offset, offset + world)))
     if not nccl_available:
         raise ConfigError(
             "--distperf-backend nccl: this PyTorch has no CUDA/NCCL support or no GPU is "
             "usable; use --distperf-backend gloo")
+    if shared_gpus:
+        return _shared_nccl(world, visible_gpus, worker_index, worker_count, nccl_version)
     raise ConfigError(_too_few_gpus(requested_backend, gpus, world, visible_gpus,
-                                    worker_index, worker_count))
+                                    worker_index, worker_count, nccl_version))
+
+
+def _worker_gpus(visible: int, worker_index: int, worker_count: int) -> list[int]:
+    """The GPUs of xdist worker ``worker_index``: its share of the visible ones, or one
+    GPU, taken in turn, where the workers outnumber them."""
+    share = visible // max(1, worker_count)
+    if not share:
+        return [worker_index % visible]
+    return list(range(worker_index * share, (worker_index + 1) * share))
+
+
+def _round_robin(world: int, visible: int, worker_index: int,
+                 worker_count: int) -> tuple[int, ...]:
+    """Rank r on the worker's GPU r mod (its GPUs): one rank per GPU where they suffice."""
+    mine = _worker_gpus(visible, worker_index, worker_count)
+    return tuple(mine[r % len(mine)] for r in range(world))
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    """``2.21.5``; ``unknown`` for an empty version."""
+    return ".".join(map(str, version)) or "unknown"
+
+
+def _shared_nccl(world: int, visible: int, worker_index: int, worker_count: int,
+                 nccl_version: tuple[int, ...]) -> Placement:
+    """NCCL ranks round robin on the worker's GPUs, at most NCCL_MAX_RANKS_PER_GPU to one."""
+    found = version_text(nccl_version)
+    wanted = ".".join(map(str, NCCL_SHARED_GPU_VERSION))
+    if tuple(nccl_version[:2]) < NCCL_SHARED_GPU_VERSION:
+        raise ConfigError(
+            f"{NCCL_SHARED_GPU_VARIABLE}=1: several ranks per GPU need NCCL {wanted} or later, "
+            f"and this torch has NCCL {found}; use --distperf-backend gloo-cuda to run {world} "
+            f"gloo ranks on the GPU (their collectives go through host memory), or a torch "
+            f"built with NCCL {wanted} or later")
+    devices = _round_robin(world, visible, worker_index, worker_count)
+    most = ranks_per_gpu(devices)
+    if most > NCCL_MAX_RANKS_PER_GPU:
+        gpus = len(set(devices))
+        raise ConfigError(
+            f"{NCCL_SHARED_GPU_VARIABLE}=1: {world} ranks on {gpus} GPU{'s' if gpus > 1 else ''}"
+            f" would put {most} on one, and NCCL {found} lets at most "
+            f"{NCCL_MAX_RANKS_PER_GPU} share a GPU; use --gpus {NCCL_MAX_RANKS_PER_GPU * gpus} "
+            f"or fewer, or --distperf-backend gloo-cuda to run {world} gloo ranks on the "
+            f"GPU{'s' if gpus > 1 else ''}")
+    return Placement(world, "nccl", devices)
 
 
 def _too_few_gpus(requested_backend: str, gpus: int | None, world: int, visible: int,
-                  worker_index: int, worker_count: int) -> str:
+                  worker_index: int, worker_count: int, nccl_version: tuple[int, ...]) -> str:
     """Why a machine with GPUs cannot give this pool one per rank, and the ways out."""
     offset = worker_index * world
     subject, needs = ("--distperf-backend nccl", "needs") if requested_backend == "nccl" else (
@@ -400,12 +481,50 @@ def _too_few_gpus(requested_backend: str, gpus: int | None, world: int, visible:
     share = visible // worker_count
     ranks = f"{world} rank{'s' if world > 1 else ''}"
     each = f" ({share} GPUs for each of {worker_count} workers)" if worker_count > 1 else ""
+    shared = (tuple(nccl_version[:2]) >= NCCL_SHARED_GPU_VERSION
+              and 0 < world <= NCCL_MAX_RANKS_PER_GPU * share)
     ways = [f"--gpus {share} to run on the GPUs{each}" if 0 < share < world else "",
+            f"{NCCL_SHARED_GPU_VARIABLE}=1 to put up to {NCCL_MAX_RANKS_PER_GPU} NCCL ranks "
+            f"on a GPU (experimental)" if shared else "",
             "fewer xdist workers" if worker_count > 1 else "",
-            f"--distperf-backend gloo to run {ranks} on the CPU on purpose"]
+            f"--distperf-backend gloo to run {ranks} on the CPU on purpose",
+            f"--distperf-backend gloo-cuda to run them on the GPU{'s' if visible > 1 else ''} "
+            f"with gloo"]
     return (f"{subject} {needs} {offset + world} GPUs (one per rank{where}) but {visible} "
             f"{'is' if visible == 1 else 'are'} visible{auto}; use "
             f"{', or '.join(w for w in ways if w)}")
+
+
+def describe_devices(devices: tuple[int, ...], visible: int) -> str:
+    """Each rank's GPU in words: ``devices 0..3 of 8 visible``, or, where ranks share GPUs,
+    ``2 ranks per GPU on device 0 of 1 visible`` (``devices 0, 1``)."""
+    used = sorted(set(devices))
+    if len(used) == len(devices) and used == list(range(used[0], used[0] + len(used))):
+        return f"devices {used[0]}..{used[-1]} of {visible} visible"
+    names = f"device {used[0]}" if len(used) == 1 else f"devices {', '.join(map(str, used))}"
+    return f"{ranks_per_gpu(devices)} ranks per GPU on {names} of {visible} visible"
+
+
+#: What gloo's figures are on GPU tensors; said in the run header, bench's table and the
+#: Markdown summary.
+GLOO_ON_GPU = ("gloo copies GPU tensors through host memory: its communication figures "
+               "(bench's busbw, a step's communication) are gloo's, not NVLink's or PCIe's")
+
+
+def placement_notes(backend: str, devices: tuple[int, ...], nccl_version: tuple[int, ...],
+                    ) -> list[str]:
+    """The run header's lines about ranks on GPUs that are not one NCCL rank per GPU."""
+    lines = []
+    if backend == "gloo" and devices:
+        lines.append(f"distperf: gloo ranks with their tensors on the GPU: {GLOO_ON_GPU}")
+    most = ranks_per_gpu(devices)
+    if most > 1:
+        how = (f" ({NCCL_SHARED_GPU_VARIABLE}=1, NCCL {version_text(nccl_version)}, "
+               f"experimental)" if backend == "nccl" else "")
+        lines.append(f"distperf: {most} ranks share a GPU{how}: they share its SMs and memory, "
+                     f"so their times are not those of a rank per GPU; their baselines are "
+                     f"kept apart ({most}pergpu in the key)")
+    return lines
 
 
 def resolve_thresholds(*layers: Mapping[str, float] | None) -> dict[str, float]:
@@ -425,7 +544,7 @@ DOCS_LINE = ("distperf: options in pytest --help; how to read this run: the READ
 # -- the options' help texts (pytest --help: one line each; docs/options.md says more) ----
 HELP_ENABLE = "run the distributed performance tests (skipped without it)"
 HELP_GPUS = "ranks per process group (default: visible GPUs, or 2 without any)"
-HELP_BACKEND = "auto (default: NCCL when a GPU per rank is visible, else gloo), nccl, gloo"
+HELP_BACKEND = "auto (NCCL with a GPU per rank, else gloo), nccl, gloo, gloo-cuda (on GPUs)"
 HELP_SAVE = "save this run's results as the baselines instead of comparing"
 HELP_BASELINES = "baseline folder (default: perf_baselines under the rootdir)"
 HELP_TIMEOUT = f"seconds a call on the ranks may take before a hang (default {DEFAULT_TIMEOUT_S:g})"

@@ -51,6 +51,9 @@ class Environment:
     interconnect: str = ""
     #: the pinned environment name (``--distperf-env-name``), "" where none is pinned
     name: str = ""
+    #: where ranks share GPUs (gloo-cuda, NCCL's several ranks per GPU), the most on one; 0
+    #: with a rank per GPU, and on CPU ranks: shared GPUs give other figures
+    ranks_per_gpu: int = 0
 
     def keyed(self) -> Environment:
         """This environment as baselines are keyed by it: under a pinned name, which stands
@@ -63,9 +66,12 @@ class Environment:
     def key(self) -> str:
         """A stable, readable key, e.g. ``gloo-cpu-w2-c2t1b1-torch2.13.0`` (2 cores, 1
         thread per rank, each rank bound to 1 core; the device model is separate) or
-        ``nccl-cuda-w8-torch2.6.0-cuda12.4-nccl2.21.5-driver550.54.15-nvlink``."""
+        ``nccl-cuda-w8-torch2.6.0-cuda12.4-nccl2.21.5-driver550.54.15-nvlink``; where ranks
+        share GPUs, how many to one: ``gloo-cuda-w2-2pergpu-torch2.13.0-...``."""
         env = self.keyed()
         parts = [env.backend, env.device_type, f"w{env.world_size}"]
+        if env.ranks_per_gpu > 1:
+            parts.append(f"{env.ranks_per_gpu}pergpu")
         if env.cpu_cores or env.threads_per_rank:
             cores = f"c{env.cpu_cores}" if env.cpu_cores else ""
             bound = f"b{env.bound_cores}" if env.bound_cores else ""

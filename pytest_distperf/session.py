@@ -24,9 +24,12 @@ import pytest
 from pytest_distperf.config import (
     DEFAULT_BASELINES_DIRNAME,
     MARKER_KEYWORDS,
+    NCCL_SHARED_GPU_VARIABLE,
     ConfigError,
     DistperfConfig,
+    describe_devices,
     place_ranks,
+    placement_notes,
     resolve_thresholds,
     validate_marker_kwargs,
 )
@@ -100,6 +103,16 @@ def _xdist_slot() -> tuple[int, int]:
     return 0, 1
 
 
+def _nccl_version() -> tuple[int, ...]:
+    """The NCCL this torch runs, e.g. (2, 21, 5); () where it cannot tell."""
+    import torch
+
+    try:
+        return tuple(int(v) for v in torch.cuda.nccl.version()[:3])
+    except Exception:  # an NCCL that does not load, or an old torch's integer: unknown
+        return ()
+
+
 def _echo(value: Any) -> Any:
     return value
 
@@ -143,8 +156,9 @@ class DistperfSession:
         self.backend = "gloo"
         self.device_type = "cpu"
         self.mode = "torchrun" if _in_torchrun() else "spawned"
-        self.device_offset = 0
+        self.devices: tuple[int, ...] = ()  # each rank's CUDA device; () for CPU ranks
         self.visible_gpus = 0
+        self.nccl_version: tuple[int, ...] = ()
         self._engine: Any = None
         self._fresh_ranks_failed = False  # fresh ranks did not start: not tried again
         self.is_reporter = True
@@ -166,9 +180,10 @@ class DistperfSession:
             backend = cfg.backend
             if backend == "auto":
                 backend = "nccl" if self.visible_gpus > 0 else "gloo"
-            if backend == "nccl" and self.visible_gpus == 0:
+            if backend in ("nccl", "gloo-cuda") and self.visible_gpus == 0:
                 raise pytest.UsageError(
-                    "--distperf-backend nccl: no CUDA device is visible to this torchrun rank")
+                    f"--distperf-backend {backend}: no CUDA device is visible to this "
+                    f"torchrun rank")
             from pytest_distperf.pool.torchrun import TorchrunEngine
 
             self._engine = TorchrunEngine(backend, cfg.timeout_s)
@@ -181,22 +196,24 @@ class DistperfSession:
 
         index, workers = _xdist_slot()
         nccl_ok = cuda and dist.is_available() and dist.is_nccl_available()
+        self.nccl_version = _nccl_version() if nccl_ok else ()
         try:
-            placement = place_ranks(cfg.backend, cfg.gpus, self.visible_gpus, nccl_ok,
-                                    index, workers)
+            placement = place_ranks(
+                cfg.backend, cfg.gpus, self.visible_gpus, nccl_ok, index, workers,
+                nccl_version=self.nccl_version,
+                shared_gpus=os.environ.get(NCCL_SHARED_GPU_VARIABLE, "") == "1")
         except ConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
         self.world_size = placement.world_size
         self.backend = placement.backend
-        self.device_type = "cuda" if placement.backend == "nccl" else "cpu"
-        self.device_offset = placement.device_offset
+        self.device_type = placement.device_type
+        self.devices = placement.devices
 
     # -- the engine -----------------------------------------------------------------------
     @property
     def engine(self) -> Any:
         if self._engine is None:
-            self._engine = RankPool(self.world_size, self.backend,
-                                    device_offset=self.device_offset,
+            self._engine = RankPool(self.world_size, self.backend, devices=self.devices,
                                     timeout_s=self.cfg.timeout_s, bind=self.cfg.bind_ranks)
             self._handle_sigterm()
         return self._engine
@@ -224,18 +241,20 @@ class DistperfSession:
             pool = f"torchrun's group (this is rank {self._engine.rank} of {self.world_size})"
         else:
             bound = (self.cfg.bind_ranks
-                     and rank_cores(self.world_size, self.backend) is not None)
+                     and rank_cores(self.world_size, self.device_type) is not None)
             pool = (f"spawned on first use and kept for the session "
                     f"({threads_per_rank(self.world_size)} CPU threads per rank"
                     f"{', each rank bound to its own cores' if bound else ''})")
+        devices: tuple[int, ...] = ()
         if self.device_type == "cuda":
-            first = self.device_offset
-            device = f"cuda (devices {first}..{first + self.world_size - 1} " \
-                     f"of {self.visible_gpus} visible)"
+            devices = self.devices or tuple(range(self.world_size))  # torchrun: one per rank
+            device = f"cuda ({describe_devices(devices, self.visible_gpus)})"
         else:
             device = f"cpu ({os.cpu_count()} cores; {self.visible_gpus} CUDA devices visible)"
         text = (f"distperf: {self.world_size} ranks, backend {self.backend}, device {device}, "
                 f"torch {torch.__version__}, pool: {pool}")
+        for note in placement_notes(self.backend, devices, self.nccl_version):
+            text += f"\n{note}"
         if self.cfg.env_name:
             text += (f"\ndistperf: environment name {self.cfg.env_name!r} (pinned: it keys the "
                      f"baselines in place of this machine's details)")

@@ -126,6 +126,21 @@ def test_the_table_says_when_a_floor_added_calls() -> None:
     assert "warmup 0  iters 2..4 (a time floor per size)" in header
 
 
+def test_the_table_of_gloo_on_gpu_tensors_says_its_busbw_is_gloos() -> None:
+    spec = _spec("all_reduce", 2, (1024,))
+    per_rank = [[SizeOutcome((1e-3, 2e-3, 3e-3), 0, "")]] * 2
+    lines = report.collective_table(build_result(spec, per_rank, backend="gloo",
+                                                 device_type="cuda"))
+    assert lines[0].startswith("# all_reduce  2 ranks  gloo/cuda")
+    assert lines[1] == ("# gloo copies GPU tensors through host memory: its communication "
+                        "figures (bench's busbw, a step's communication) are gloo's, not "
+                        "NVLink's or PCIe's")
+    for backend, device in (("gloo", "cpu"), ("nccl", "cuda")):
+        table = report.collective_table(build_result(spec, per_rank, backend=backend,
+                                                     device_type=device))
+        assert not any("host memory" in line for line in table)
+
+
 # -- formulas from samples ------------------------------------------------------------------
 def _spec(op: str, n: int, counts: tuple[int, ...]) -> BenchSpec:
     return BenchSpec(op, tuple(f"{c * 4}B" for c in counts), counts, "float32", 4, 0, 3, n)

@@ -15,6 +15,8 @@ import pytest
 
 from pytest_distperf.config import (
     ConfigError,
+    Placement,
+    describe_devices,
     format_size,
     parse_backend,
     parse_env_name,
@@ -24,6 +26,7 @@ from pytest_distperf.config import (
     parse_timeout,
     parse_tolerance,
     place_ranks,
+    placement_notes,
     resolve_thresholds,
     validate_marker_kwargs,
 )
@@ -50,8 +53,9 @@ def test_parse_gpus_rejects(text: str, match: str) -> None:
 
 
 def test_parse_backend() -> None:
-    assert [parse_backend(b, "x") for b in ("auto", "NCCL", " gloo ")] == ["auto", "nccl", "gloo"]
-    with pytest.raises(ConfigError, match="expected one of auto, nccl, gloo, got 'mpi'"):
+    assert [parse_backend(b, "x") for b in ("auto", "NCCL", " gloo ", "Gloo-CUDA")] == [
+        "auto", "nccl", "gloo", "gloo-cuda"]
+    with pytest.raises(ConfigError, match="expected one of auto, nccl, gloo, gloo-cuda, got 'mpi'"):
         parse_backend("mpi", "x")
 
 
@@ -97,32 +101,42 @@ def test_marker_keywords() -> None:
         validate_marker_kwargs({"max_comm_overhead": "low"}, "t")
 
 
+def _placed(p: Placement) -> tuple[int, str, tuple[int, ...]]:
+    return p.world_size, p.backend, p.devices
+
+
+#: NCCL versions on either side of the first that lets ranks share a GPU.
+OLD_NCCL, SHARING_NCCL = (2, 28, 3), (2, 30, 1)
+
+
 class TestPlaceRanks:
     def test_cpu_default_is_two_gloo_ranks(self) -> None:
         p = place_ranks("auto", None, 0, False)
-        assert (p.world_size, p.backend, p.device_offset) == (2, "gloo", 0)
+        assert _placed(p) == (2, "gloo", ())
+        assert (p.device_type, p.ranks_per_gpu) == ("cpu", 0)
 
     def test_auto_takes_nccl_with_a_gpu_per_rank(self) -> None:
         p = place_ranks("auto", None, 8, True)
-        assert (p.world_size, p.backend, p.device_offset) == (8, "nccl", 0)
+        assert _placed(p) == (8, "nccl", tuple(range(8)))
+        assert (p.device_type, p.ranks_per_gpu) == ("cuda", 1)
         assert place_ranks("auto", 4, 4, True).backend == "nccl"
 
     @pytest.mark.parametrize(("backend", "gpus", "visible", "nccl", "placed"), [
-        ("auto", 4, 0, False, (4, "gloo", 0)),  # no GPU: CPU ranks
-        ("auto", 4, 2, False, (4, "gloo", 0)),  # GPUs but no NCCL in this torch: CPU ranks
-        ("gloo", 4, 8, True, (4, "gloo", 0)),  # asked for
-        ("gloo", None, 8, True, (8, "gloo", 0)),
+        ("auto", 4, 0, False, (4, "gloo", ())),  # no GPU: CPU ranks
+        ("auto", 4, 2, False, (4, "gloo", ())),  # GPUs but no NCCL in this torch: CPU ranks
+        ("gloo", 4, 8, True, (4, "gloo", ())),  # asked for
+        ("gloo", None, 8, True, (8, "gloo", ())),
     ])
     def test_cpu_ranks_where_no_gpu_can_take_them_or_gloo_is_asked_for(
             self, backend: str, gpus: int | None, visible: int, nccl: bool,
-            placed: tuple[int, str, int]) -> None:
-        p = place_ranks(backend, gpus, visible, nccl)
-        assert (p.world_size, p.backend, p.device_offset) == placed
+            placed: tuple[int, str, tuple[int, ...]]) -> None:
+        assert _placed(place_ranks(backend, gpus, visible, nccl)) == placed
 
     @pytest.mark.parametrize(("backend", "gpus", "visible", "slot", "words"), [
         ("auto", 4, 1, (0, 1), "--gpus 4 needs 4 GPUs (one per rank) but 1 is visible; with "
          "GPUs visible, --distperf-backend auto does not fall back to CPU ranks; use --gpus 1 "
-         "to run on the GPUs, or --distperf-backend gloo to run 4 ranks on the CPU on purpose"),
+         "to run on the GPUs, or --distperf-backend gloo to run 4 ranks on the CPU on purpose, "
+         "or --distperf-backend gloo-cuda to run them on the GPU with gloo"),
         ("auto", 4, 2, (0, 1), "--gpus 4 needs 4 GPUs (one per rank) but 2 are visible"),
         ("nccl", 4, 2, (0, 1), "--distperf-backend nccl needs 4 GPUs (one per rank) but 2 are "
          "visible; use --gpus 2 to run on the GPUs, or --distperf-backend gloo to run 4 ranks"),
@@ -144,17 +158,126 @@ class TestPlaceRanks:
             place_ranks(backend, gpus, visible, True, *slot)
         assert str(info.value).startswith(words)
 
+    @pytest.mark.parametrize(("version", "said"), [(SHARING_NCCL, True), (OLD_NCCL, False)])
+    def test_too_few_gpus_names_nccl_sharing_where_this_nccl_has_it(
+            self, version: tuple[int, ...], said: bool) -> None:
+        with pytest.raises(ConfigError) as info:
+            place_ranks("nccl", 2, 1, True, nccl_version=version)
+        assert ("NCCL_MULTI_RANK_GPU_ENABLE=1 to put up to 2 NCCL ranks on a GPU "
+                "(experimental)" in str(info.value)) is said
+        assert "--distperf-backend gloo-cuda to run them on the GPU with gloo" in str(info.value)
+
     def test_xdist_workers_split_the_devices(self) -> None:
         # 8 GPUs, --gpus 4, two workers: gw0 takes 0..3, gw1 takes 4..7
-        assert place_ranks("nccl", 4, 8, True, 0, 2).device_offset == 0
-        assert place_ranks("nccl", 4, 8, True, 1, 2).device_offset == 4
+        assert place_ranks("nccl", 4, 8, True, 0, 2).devices == (0, 1, 2, 3)
+        assert place_ranks("nccl", 4, 8, True, 1, 2).devices == (4, 5, 6, 7)
         # without --gpus each worker gets its share of the visible devices
-        p = place_ranks("auto", None, 8, True, 3, 4)
-        assert (p.world_size, p.backend, p.device_offset) == (2, "nccl", 6)
+        assert _placed(place_ranks("auto", None, 8, True, 3, 4)) == (2, "nccl", (6, 7))
 
     def test_nccl_without_cuda(self) -> None:
         with pytest.raises(ConfigError, match="no CUDA/NCCL support"):
             place_ranks("nccl", 2, 0, False)
+
+    # -- several ranks on one GPU -------------------------------------------------------------
+    @pytest.mark.parametrize(("gpus", "visible", "slot", "devices"), [
+        (2, 1, (0, 1), (0, 0)),  # one GPU, two gloo ranks
+        (3, 1, (0, 1), (0, 0, 0)),  # gloo puts as many on a GPU as it takes
+        (4, 2, (0, 1), (0, 1, 0, 1)),  # round robin over two GPUs
+        (2, 8, (0, 1), (0, 1)),  # a GPU each where they suffice
+        (None, 1, (0, 1), (0, 0)),  # a gloo-cuda run is at least two ranks
+        (None, 4, (0, 1), (0, 1, 2, 3)),
+        (2, 4, (1, 2), (2, 3)),  # xdist worker gw1 of 2: the second half of the GPUs
+        (2, 1, (1, 2), (0, 0)),  # more workers than GPUs: they share it
+    ])
+    def test_gloo_cuda_puts_gloo_ranks_round_robin_on_the_workers_gpus(
+            self, gpus: int | None, visible: int, slot: tuple[int, int],
+            devices: tuple[int, ...]) -> None:
+        p = place_ranks("gloo-cuda", gpus, visible, True, *slot)
+        assert _placed(p) == (len(devices), "gloo", devices)
+        assert p.device_type == "cuda"
+        assert p.ranks_per_gpu == max(devices.count(d) for d in devices)
+
+    def test_gloo_cuda_needs_no_nccl_but_a_gpu(self) -> None:
+        assert place_ranks("gloo-cuda", 2, 1, False).devices == (0, 0)
+        with pytest.raises(ConfigError) as info:
+            place_ranks("gloo-cuda", 2, 0, False)
+        assert str(info.value) == (
+            "--distperf-backend gloo-cuda: no CUDA device is visible (this torch has no CUDA "
+            "support, or CUDA_VISIBLE_DEVICES hides every GPU); use --distperf-backend gloo "
+            "for CPU ranks")
+
+    @pytest.mark.parametrize(("backend", "gpus", "visible", "slot", "devices"), [
+        ("nccl", 2, 1, (0, 1), (0, 0)),  # two ranks share the one GPU
+        ("auto", 2, 1, (0, 1), (0, 0)),
+        ("nccl", 4, 2, (0, 1), (0, 1, 0, 1)),  # round robin, two on each
+        ("nccl", 3, 2, (0, 1), (0, 1, 0)),
+        ("nccl", 4, 4, (0, 1), (0, 1, 2, 3)),  # enough GPUs: one each, as without sharing
+        ("nccl", 4, 4, (1, 2), (2, 3, 2, 3)),  # gw1 of 2 shares its two GPUs
+    ])
+    def test_nccl_2_30_shares_a_gpu_between_at_most_two_ranks(
+            self, backend: str, gpus: int, visible: int, slot: tuple[int, int],
+            devices: tuple[int, ...]) -> None:
+        p = place_ranks(backend, gpus, visible, True, *slot, nccl_version=SHARING_NCCL,
+                        shared_gpus=True)
+        assert _placed(p) == (gpus, "nccl", devices)
+
+    @pytest.mark.parametrize("version", [OLD_NCCL, (2, 29, 9), ()])
+    def test_nccl_before_2_30_refuses_to_share_a_gpu_naming_its_version(
+            self, version: tuple[int, ...]) -> None:
+        with pytest.raises(ConfigError) as info:
+            place_ranks("nccl", 2, 1, True, nccl_version=version, shared_gpus=True)
+        found = ".".join(map(str, version)) or "unknown"
+        assert str(info.value) == (
+            f"NCCL_MULTI_RANK_GPU_ENABLE=1: several ranks per GPU need NCCL 2.30 or later, and "
+            f"this torch has NCCL {found}; use --distperf-backend gloo-cuda to run 2 gloo ranks "
+            f"on the GPU (their collectives go through host memory), or a torch built with "
+            f"NCCL 2.30 or later")
+
+    @pytest.mark.parametrize(("gpus", "visible", "words"), [
+        (3, 1, "NCCL_MULTI_RANK_GPU_ENABLE=1: 3 ranks on 1 GPU would put 3 on one, and NCCL "
+         "2.30.1 lets at most 2 share a GPU; use --gpus 2 or fewer, or --distperf-backend "
+         "gloo-cuda to run 3 gloo ranks on the GPU"),
+        (5, 2, "NCCL_MULTI_RANK_GPU_ENABLE=1: 5 ranks on 2 GPUs would put 3 on one, and NCCL "
+         "2.30.1 lets at most 2 share a GPU; use --gpus 4 or fewer"),
+    ])
+    def test_three_ranks_on_a_gpu_are_refused(self, gpus: int, visible: int,
+                                               words: str) -> None:
+        with pytest.raises(ConfigError) as info:
+            place_ranks("nccl", gpus, visible, True, nccl_version=SHARING_NCCL,
+                        shared_gpus=True)
+        assert str(info.value).startswith(words)
+
+    def test_sharing_is_only_for_the_gpus_nccl_lacks(self) -> None:
+        # gloo asked for stays on the CPU; without NCCL there is nothing to share
+        assert place_ranks("gloo", 2, 1, True, nccl_version=SHARING_NCCL,
+                           shared_gpus=True).devices == ()
+        with pytest.raises(ConfigError, match="no CUDA/NCCL support"):
+            place_ranks("nccl", 2, 0, False, nccl_version=SHARING_NCCL, shared_gpus=True)
+
+
+@pytest.mark.parametrize(("devices", "visible", "words"), [
+    ((0, 1, 2, 3), 8, "devices 0..3 of 8 visible"),
+    ((4, 5), 8, "devices 4..5 of 8 visible"),
+    ((0, 0), 1, "2 ranks per GPU on device 0 of 1 visible"),
+    ((0, 1, 0), 2, "2 ranks per GPU on devices 0, 1 of 2 visible"),
+])
+def test_the_header_says_each_ranks_gpu(devices: tuple[int, ...], visible: int,
+                                        words: str) -> None:
+    assert describe_devices(devices, visible) == words
+
+
+def test_the_header_says_when_gpus_are_shared_or_gloo_runs_on_them() -> None:
+    assert placement_notes("nccl", (0, 1), SHARING_NCCL) == []
+    assert placement_notes("gloo", (), ()) == []
+    gloo, shared = placement_notes("gloo", (0, 0), ())
+    assert gloo.startswith("distperf: gloo ranks with their tensors on the GPU: gloo copies "
+                           "GPU tensors through host memory")
+    assert "not NVLink's or PCIe's" in gloo
+    assert shared.startswith("distperf: 2 ranks share a GPU: they share its SMs and memory")
+    [nccl] = placement_notes("nccl", (0, 0), SHARING_NCCL)
+    assert nccl.startswith("distperf: 2 ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL "
+                           "2.30.1, experimental)")
+    assert nccl.endswith("their baselines are kept apart (2pergpu in the key)")
 
 
 @pytest.mark.parametrize(("value", "name"), [

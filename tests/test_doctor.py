@@ -191,6 +191,9 @@ def test_the_variables_listed_and_the_settings_that_spoil_a_figure() -> None:
     assert [p.split(":")[0] for p in problems] == [
         "CUDA_LAUNCH_BLOCKING=1", "NCCL_DEBUG=INFO", "NCCL_ALGO=Ring"]
     assert system.variable_advice([("NCCL_DEBUG", "WARN"), ("NCCL_P2P_DISABLE", "0")]) == []
+    (shared,) = system.variable_advice([("NCCL_MULTI_RANK_GPU_ENABLE", "1")])
+    assert shared.problem.startswith("NCCL_MULTI_RANK_GPU_ENABLE=1: ranks may share a GPU")
+    assert shared.action == "unset it on a runner with a GPU per rank"
 
 
 def _sys_tree(root: Path, governor: str | None, siblings: str) -> None:

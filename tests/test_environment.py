@@ -96,6 +96,53 @@ def test_a_gpu_rank_without_nvml_or_driver_facts_keys_what_it_knows() -> None:
                                       "nvidia-h100-80gb-hbm3")
 
 
+def on_gpus(devices: list[int], backend: str = "nccl") -> Environment:
+    """The environment of ranks on ``devices`` (each rank's CUDA device) of one host."""
+    infos = [{**GPU_INFO, "device_index": d, "rank": r} for r, d in enumerate(devices)]
+    if backend == "gloo":  # rank.worker.describe: no NCCL on gloo ranks
+        infos = [{**info, "nccl_version": ""} for info in infos]
+    return envkey.environment_of(infos, backend, "cuda", len(devices))
+
+
+@pytest.mark.parametrize(("devices", "backend", "count", "shared", "key"), [
+    ([0, 1], "nccl", 2, 0, "nccl-cuda-w2-torch2.6.0-cuda12.4-nccl2.21.5-driver550.54.15-nvlink"),
+    ([0, 0], "nccl", 1, 2, "nccl-cuda-w2-2pergpu-torch2.6.0-cuda12.4-nccl2.21.5-"
+                           "driver550.54.15"),
+    ([0, 1, 0, 1], "nccl", 2, 2, "nccl-cuda-w4-2pergpu-torch2.6.0-cuda12.4-nccl2.21.5-"
+                                 "driver550.54.15-nvlink"),
+    ([0, 0], "gloo", 1, 2, "gloo-cuda-w2-2pergpu-torch2.6.0-cuda12.4-driver550.54.15"),
+    ([0, 0, 0], "gloo", 1, 3, "gloo-cuda-w3-3pergpu-torch2.6.0-cuda12.4-driver550.54.15"),
+])
+def test_ranks_sharing_a_gpu_are_keyed_apart_from_a_rank_per_gpu(
+        devices: list[int], backend: str, count: int, shared: int, key: str) -> None:
+    env = on_gpus(devices, backend)
+    assert (env.device_count, env.ranks_per_gpu) == (count, shared)
+    assert env.key() == key
+    one_each = on_gpus(list(range(len(devices))))
+    if shared:
+        said = bl.same_environment(envkey.environment_table(one_each), env)
+        assert f"ranks_per_gpu 0 there, {shared} here" in said
+
+
+def test_ranks_on_one_gpu_of_several_hosts_are_that_many_gpus() -> None:
+    infos = [{**GPU_INFO, "device_index": 0, "hostname": f"node-{r}"} for r in range(4)]
+    env = envkey.environment_of(infos, "nccl", "cuda", 4)
+    assert (env.device_count, env.ranks_per_gpu) == (4, 0)
+
+
+def test_a_table_of_ranks_sharing_a_gpu_reads_back_and_one_per_gpu_writes_no_field(
+        tmp_path: Path) -> None:
+    assert "ranks_per_gpu" not in envkey.environment_table(gpu_env())
+    shared = on_gpus([0, 0], "gloo")
+    assert envkey.environment_table(shared)["ranks_per_gpu"] == 2
+    save(tmp_path / "gpu.toml", shared)
+    assert "ranks_per_gpu = 2" in (tmp_path / "gpu.toml").read_text()
+    stored = bl.load(tmp_path / "gpu.toml")
+    assert stored is not None
+    table = stored.environments()[bl.environment_id(shared)]
+    assert bl.same_environment(table, shared) == ""
+
+
 # -- a pinned name ----------------------------------------------------------------------------
 def test_a_pinned_name_stands_for_the_machine() -> None:
     epyc, xeon = cpu_env(name="ubuntu-latest"), cpu_env("Intel Xeon 8370C", 8, name="ubuntu-latest")

@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from fault_cases import start_held_run, wait_gone
 
+from pytest_distperf.fixtures.group import DistGroup
 from pytest_distperf.pool import launcher
 from pytest_distperf.pool.launcher import RankError, RankPool, RankTimeout, is_secondary
 
@@ -227,10 +229,61 @@ def test_each_rank_gets_its_own_cores(monkeypatch: pytest.MonkeyPatch, cores: li
     # cpu c + 4 are the two threads of core c
     monkeypatch.setattr(launcher, "host_cores", lambda: cores)
     monkeypatch.setattr(launcher, "_topology_order", lambda cpu: (0, cpu % 4, cpu))
-    assert launcher.rank_cores(ranks, "gloo") == expected
-    assert launcher.rank_cores(ranks, "nccl") is None  # a GPU rank's threads stay near it
+    assert launcher.rank_cores(ranks, "cpu") == expected
+    assert launcher.rank_cores(ranks, "cuda") is None  # a GPU rank's threads stay near it
     if expected is not None:
         assert all(len(c) == launcher.threads_per_rank(ranks) for c in expected)
+
+
+def test_a_pool_of_gpu_ranks_is_told_each_ranks_device_and_keeps_it() -> None:
+    """The pool's side of a placement (no rank starts): gloo ranks on devices are GPU ranks."""
+    assert RankPool(2, "gloo").device_type == "cpu"
+    shared = RankPool(2, "gloo", devices=(0, 0))
+    assert (shared.backend, shared.device_type, shared.devices) == ("gloo", "cuda", (0, 0))
+    sibling = shared.sibling()
+    assert (sibling.backend, sibling.devices) == ("gloo", (0, 0))
+    with pytest.raises(ValueError, match="devices: one per rank, got 1 for 2"):
+        RankPool(2, "nccl", devices=(0,))
+
+
+class _GlooOnGpus:
+    """An engine's description of gloo ranks on GPUs; no call may reach ranks through it."""
+
+    world_size, backend, device_type, mode = 2, "gloo", "cuda", "spawned"
+
+    def execute(self, *args: object, **kwargs: object) -> list[object]:
+        raise AssertionError("the refusal comes before any call on the ranks")
+
+
+@pytest.mark.parametrize(("call", "what"), [
+    (lambda g: g.bench("send_recv"), "bench('send_recv')"),
+    (lambda g: g.bench_pairs(), "bench_pairs()"),
+])
+def test_gloo_ranks_on_gpus_refuse_send_and_recv_before_any_rank_runs(
+        call: Callable[[DistGroup], object], what: str) -> None:
+    with pytest.raises(ValueError) as info:
+        call(DistGroup(_GlooOnGpus()))  # type: ignore[arg-type]
+    assert str(info.value) == (
+        f"{what}: gloo cannot send or receive GPU tensors (only its collectives take them), "
+        f"and these ranks run gloo on the GPU (--distperf-backend gloo-cuda); run it with "
+        f"--distperf-backend nccl, or gloo for CPU ranks")
+
+
+def test_a_rank_placed_on_a_gpu_puts_its_work_there_whatever_its_backend(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """rank_device() follows the placement, not the backend: a gloo rank placed on cuda:1
+    times and builds on cuda:1 (torch's set_device recorded, as no GPU is here)."""
+    import torch
+
+    from pytest_distperf.rank import clock
+
+    chosen: list[int] = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(clock, "_PLACED", {})
+    clock.use_device(1)
+    assert chosen == [1]
+    assert clock.rank_device() == torch.device("cuda", 1)
+    assert clock.Clock().on_cuda
 
 
 @pytest.mark.skipif(len(launcher.host_cores()) < 2 or not hasattr(os, "sched_setaffinity"),
@@ -478,7 +531,9 @@ def test_skipped_without_distperf(pytester: pytest.Pytester) -> None:
                           "on the command line)"),
         (("--gpus", "four"), "ERROR: --gpus: expected a whole number of ranks >= 1, got 'four'*"),
         (("--distperf-backend", "mpi"), "ERROR: --distperf-backend: expected one of auto, nccl, "
-                                        "gloo, got 'mpi'*"),
+                                        "gloo, gloo-cuda, got 'mpi'*"),
+        (("--distperf-backend", "gloo-cuda"), "ERROR: --distperf-backend gloo-cuda: no CUDA "
+                                              "device is visible*"),
         (("--distperf-timeout", "-3"), "ERROR: --distperf-timeout: expected a positive*"),
         (("--distperf-backend", "nccl"), "ERROR: --distperf-backend nccl: *"),
         (("--distperf-env-name", "my runner"), "ERROR: --distperf-env-name: expected a name of "
@@ -515,7 +570,8 @@ def test_too_few_gpus_is_a_usage_error_not_cpu_ranks(pytester: pytest.Pytester,
     result.stderr.fnmatch_lines([
         "ERROR: --gpus 4 needs 4 GPUs (one per rank) but 1 is visible; with GPUs visible, "
         "--distperf-backend auto does not fall back to CPU ranks; use --gpus 1 to run on the "
-        "GPUs, or --distperf-backend gloo to run 4 ranks on the CPU on purpose"])
+        "GPUs, or --distperf-backend gloo to run 4 ranks on the CPU on purpose, or "
+        "--distperf-backend gloo-cuda to run them on the GPU with gloo"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     # gloo asked for: CPU ranks, and the header says that a GPU is there
     result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--gpus", "4",
@@ -523,6 +579,72 @@ def test_too_few_gpus_is_a_usage_error_not_cpu_ranks(pytester: pytest.Pytester,
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["distperf: 4 ranks, backend gloo, device cpu (*; 1 CUDA "
                                  "devices visible)*"])
+
+
+@pytest.fixture
+def nccl_version(monkeypatch: pytest.MonkeyPatch) -> Callable[[tuple[int, ...]], None]:
+    """Make this process's torch tell of NCCL ``version`` (with :func:`one_gpu`)."""
+    import torch
+
+    def set_version(version: tuple[int, ...]) -> None:
+        monkeypatch.setattr(torch.cuda.nccl, "version", lambda: version)
+
+    return set_version
+
+
+def test_gloo_cuda_on_one_gpu_says_in_the_header_what_its_figures_are(
+        pytester: pytest.Pytester, one_gpu: None) -> None:
+    """Only the placement and the header run (--collect-only): no rank starts, on no GPU."""
+    pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--distperf", "--distperf-backend",
+                                "gloo-cuda", "--collect-only")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "distperf: 2 ranks, backend gloo, device cuda (2 ranks per GPU on device 0 of 1 "
+        "visible), torch *",
+        "distperf: gloo ranks with their tensors on the GPU: gloo copies GPU tensors through "
+        "host memory: its communication figures (bench's busbw, a step's communication) are "
+        "gloo's, not NVLink's or PCIe's",
+        "distperf: 2 ranks share a GPU: they share its SMs and memory, so their times are not "
+        "those of a rank per GPU; their baselines are kept apart (2pergpu in the key)"])
+
+
+def test_nccl_ranks_share_a_gpu_only_where_asked_and_nccl_allows_it(
+        pytester: pytest.Pytester, one_gpu: None, monkeypatch: pytest.MonkeyPatch,
+        nccl_version: Callable[[tuple[int, ...]], None]) -> None:
+    pytester.makepyfile(test_nothing="def test_x():\n    pass\n")
+    # the quick runs' options ask for gloo (tests/quick_runs.py): ask for NCCL
+    args = ("-p", "no:cacheprovider", "--distperf", "--distperf-backend", "nccl", "--gpus", "2",
+            "--collect-only")
+    nccl_version((2, 30, 1))
+    result = pytester.runpytest(*args)  # not asked for: one rank per GPU, as before
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --distperf-backend nccl needs 2 GPUs (one per rank) "
+                                 "but 1 is visible; *, or NCCL_MULTI_RANK_GPU_ENABLE=1 to put "
+                                 "up to 2 NCCL ranks on a GPU (experimental), or *"])
+    monkeypatch.setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "distperf: 2 ranks, backend nccl, device cuda (2 ranks per GPU on device 0 of 1 "
+        "visible), torch *",
+        "distperf: 2 ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1, NCCL 2.30.1, "
+        "experimental): they share its SMs and memory, *"])
+    result = pytester.runpytest(*args[:-2], "3", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: NCCL_MULTI_RANK_GPU_ENABLE=1: 3 ranks on 1 GPU would put 3 on one, and NCCL "
+        "2.30.1 lets at most 2 share a GPU; use --gpus 2 or fewer, or --distperf-backend "
+        "gloo-cuda to run 3 gloo ranks on the GPU"])
+    nccl_version((2, 28, 3))
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: NCCL_MULTI_RANK_GPU_ENABLE=1: several ranks per GPU need NCCL 2.30 or later, "
+        "and this torch has NCCL 2.28.3; use --distperf-backend gloo-cuda to run 2 gloo ranks "
+        "on the GPU (their collectives go through host memory), or a torch built with NCCL "
+        "2.30 or later"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
 def test_usage_error_from_ini(pytester: pytest.Pytester) -> None:

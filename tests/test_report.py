@@ -187,6 +187,20 @@ def test_the_markdown_summary_snapshot() -> None:
                      "No test recorded a distperf metric in this run.\n")
 
 
+def test_the_markdown_summary_says_ranks_share_a_gpu_and_whose_bandwidth_it_is() -> None:
+    gloo = Environment("gloo", "cuda", "NVIDIA H200", 1, 2, "2.13.0+cu130", "",
+                       driver_version="580.1", cuda_version="13.0", ranks_per_gpu=2)
+    text = markdown.markdown_summary([], header="h", environments=[gloo])
+    assert ("- 2 ranks, gloo on cuda (1 x NVIDIA H200, 2 ranks per GPU), torch 2.13.0+cu130; "
+            "baselines key `gloo-cuda-w2-2pergpu-torch2.13.0-cuda13.0-driver580.1-nvidia-h200`\n"
+            "  (gloo copies GPU tensors through host memory: its communication figures (bench's "
+            "busbw, a step's communication) are gloo's, not NVLink's or PCIe's)\n") in text
+    nccl = dataclasses.replace(gloo, backend="nccl", nccl_version="2.30.1")
+    text = markdown.markdown_summary([], header="h", environments=[nccl])
+    assert "(1 x NVIDIA H200, 2 ranks per GPU), torch 2.13.0+cu130, NCCL 2.30.1;" in text
+    assert "host memory" not in text
+
+
 def test_the_terminal_summary_puts_regressions_first_and_colours_them() -> None:
     lines = report.summary(SNAPSHOT_RECORDS)
     heads = [line for line in lines if " ranks] " in line.text]

@@ -42,6 +42,9 @@ SETTINGS: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
      "ranks' first (extra collectives per call)", "unset it, or set OFF"),
     ("TORCH_NCCL_BLOCKING_WAIT", _ON, "the host blocks on every collective it waits for",
      "unset it for performance runs"),
+    ("NCCL_MULTI_RANK_GPU_ENABLE", _ON, "ranks may share a GPU (experimental, NCCL 2.30 or "
+     "later) wherever the GPUs are fewer than the ranks: shared, a GPU's times are not a "
+     "rank's own", "unset it on a runner with a GPU per rank"),
 )
 
 

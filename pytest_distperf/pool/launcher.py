@@ -123,10 +123,10 @@ def _topology_order(cpu: int) -> tuple[int, int, int]:
     return (package, core, cpu)
 
 
-def rank_cores(world_size: int, backend: str) -> list[tuple[int, ...]] | None:
+def rank_cores(world_size: int, device_type: str) -> list[tuple[int, ...]] | None:
     """The cores each CPU rank is bound to with ``--distperf-bind``: rank r to the r-th run
     of :func:`threads_per_rank` of them, the hardware threads of a physical core side by side
-    (so that ranks share no core where the counts allow); None (no binding) for NCCL ranks
+    (so that ranks share no core where the counts allow); None (no binding) for GPU ranks
     (their host threads belong near their GPU, which only the machine's topology tells),
     where the ranks outnumber the cores, or where a process cannot be bound.
 
@@ -134,7 +134,7 @@ def rank_cores(world_size: int, backend: str) -> list[tuple[int, ...]] | None:
     faster, but a set of bound processes could keep a slow regime (1.6x) for many
     measurements, which made the verdicts on its bandwidth worse, so it is not the
     default (docs/pool.md, *Binding*; benchmarks/rank_binding.md)."""
-    if backend == "nccl" or not hasattr(os, "sched_setaffinity"):
+    if device_type == "cuda" or not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(host_cores(), key=_topology_order)
     if world_size > len(cores):
@@ -144,20 +144,24 @@ def rank_cores(world_size: int, backend: str) -> list[tuple[int, ...]] | None:
 
 
 class RankPool:
-    """N rank processes with ``torch.distributed`` initialised, reused across calls."""
+    """N rank processes with ``torch.distributed`` initialised, reused across calls; rank r
+    on CUDA device ``devices[r]`` (NCCL ranks, or gloo ranks placed on GPUs), or on the CPU
+    where ``devices`` is empty."""
 
     mode = "spawned"
 
     def __init__(
-        self, world_size: int, backend: str, *, device_offset: int = 0,
+        self, world_size: int, backend: str, *, devices: tuple[int, ...] = (),
         timeout_s: float = 300.0, startup_timeout_s: float | None = None,
         bind: bool = False,
     ) -> None:
+        if devices and len(devices) != world_size:
+            raise ValueError(f"devices: one per rank, got {len(devices)} for {world_size}")
         self.world_size = world_size
         self.bind = bind  # bind each CPU rank to its own cores (rank_cores), where they fit
         self.backend = backend
-        self.device_type = "cuda" if backend == "nccl" else "cpu"
-        self.device_offset = device_offset
+        self.devices = devices
+        self.device_type = "cuda" if devices else "cpu"
         self.timeout_s = timeout_s
         self.startup_timeout_s = startup_timeout_s or max(timeout_s, 120.0)
         self.generation = 0  # how many times the pool was (re)spawned
@@ -188,7 +192,7 @@ class RankPool:
 
     def sibling(self) -> RankPool:
         """A new pool, not started, of the same size, backend, devices and time limits."""
-        return RankPool(self.world_size, self.backend, device_offset=self.device_offset,
+        return RankPool(self.world_size, self.backend, devices=self.devices,
                         timeout_s=self.timeout_s, startup_timeout_s=self.startup_timeout_s,
                         bind=self.bind)
 
@@ -228,12 +232,12 @@ class RankPool:
         )
         ctx = fork_server()
         threads = threads_per_rank(self.world_size)
-        cores = rank_cores(self.world_size, self.backend) if self.bind else None
+        cores = rank_cores(self.world_size, self.device_type) if self.bind else None
         for rank in range(self.world_size):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             phase = ctx.Array("c", 256, lock=False)
             phase.value = b"starting the process (it has not run distperf's code yet)"
-            device = self.device_offset + rank if self.backend == "nccl" else None
+            device = self.devices[rank] if self.devices else None
             proc = ctx.Process(
                 target=worker.main,
                 name=f"distperf-rank{rank}",

@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_distperf.pool.launcher import RankError, threads_per_rank
 from pytest_distperf.rank import worker
+from pytest_distperf.rank.clock import use_device
 from pytest_distperf.rank.memory import is_out_of_memory, release_cached
 from pytest_distperf.rank.phase import set_phase
 
@@ -37,16 +38,23 @@ class TorchrunEngine:
         self.rank = int(os.environ["RANK"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.world_size = int(os.environ["WORLD_SIZE"])
+        #: this rank's CUDA device (NCCL, or gloo-cuda: local rank mod the GPUs); None: CPU
+        self.device_index: int | None = None
         if not dist.is_initialized():
             kwargs: dict[str, Any] = {}
+            if backend in ("nccl", "gloo-cuda"):
+                self.device_index = (self.local_rank if backend == "nccl"
+                                     else self.local_rank % torch.cuda.device_count())
+                use_device(self.device_index)
             if backend == "nccl":
-                torch.cuda.set_device(self.local_rank)
                 kwargs["device_id"] = torch.device("cuda", self.local_rank)
             dist.init_process_group(
-                backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs
-            )
+                "gloo" if backend == "gloo-cuda" else backend,
+                timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+        elif dist.get_backend() == "nccl":  # the job's own group
+            self.device_index = torch.cuda.current_device()
         self.backend = dist.get_backend()
-        self.device_type = "cuda" if self.backend == "nccl" else "cpu"
+        self.device_type = "cpu" if self.device_index is None else "cuda"
         torch.set_num_threads(threads_per_rank(int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
         self._info: list[dict[str, Any]] | None = None
         #: Why this rank can run no more calls (its group was destroyed); '' while it can.
@@ -99,8 +107,7 @@ class TorchrunEngine:
         if self._info is None:
             import torch.distributed as dist
 
-            device = self.local_rank if self.backend == "nccl" else None
-            mine = worker.describe(self.rank, self.backend, device)
+            mine = worker.describe(self.rank, self.backend, self.device_index)
             gathered: list[Any] = [None] * self.world_size
             dist.all_gather_object(gathered, mine)
             self._info = gathered

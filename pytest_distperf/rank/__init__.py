@@ -6,11 +6,12 @@ controller sends them work through the pool (:mod:`pytest_distperf.pool`) and ge
 (:mod:`pytest_distperf.records`): plain frozen dataclasses, never torch objects.
 
 * :mod:`~pytest_distperf.rank.worker`: the loop of a spawned rank (receive, run, reply);
-* :mod:`~pytest_distperf.rank.gpu`: an NCCL rank's driver, CUDA runtime and NVLinks, for the
+* :mod:`~pytest_distperf.rank.gpu`: a GPU rank's driver, CUDA runtime and NVLinks, for the
   environment key;
 * :mod:`~pytest_distperf.rank.phase`: ``set_phase``, what the rank is doing now;
-* :mod:`~pytest_distperf.rank.clock`: the one clock (CUDA events or ``perf_counter``) and the
-  barrier-aligned timing loop with its host-speed control;
+* :mod:`~pytest_distperf.rank.clock`: the rank's device (``use_device``, ``rank_device``), the
+  one clock (CUDA events or ``perf_counter``) and the barrier-aligned timing loop with its
+  host-speed control;
 * :mod:`~pytest_distperf.rank.memory`: the peak memory a step reports, and what an
   out-of-memory error says;
 * :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;

@@ -1,10 +1,10 @@
 """The rank's one clock, and the barrier-aligned timing loop every measurement uses (torch).
 
 :class:`Clock` gives timestamps that subtract to seconds: CUDA events on the rank's device
-when the group runs NCCL (no host clock around asynchronous kernels), ``time.perf_counter``
-on CPU.  :func:`time_with_control` starts every iteration from a barrier so that the samples
-of all ranks belong to the same iteration; the controller takes the slowest rank per
-iteration.
+when it has one (NCCL ranks, gloo ranks on GPUs: no host clock around asynchronous kernels),
+``time.perf_counter`` on CPU.  :func:`time_with_control` starts every iteration from a
+barrier so that the samples of all ranks belong to the same iteration; the controller takes
+the slowest rank per iteration.
 
 The host-speed control (CPU only): after each timed iteration every rank runs the same fixed
 piece of work (:func:`control_kernel`, about 2-3 ms of float32 matmuls) at once, timed the
@@ -36,11 +36,27 @@ MEMORY_ELEMENTS = 512 * 1024
 MEMORY_REPS = 8
 
 
+#: The CUDA device this process was placed on (by the pool or the torchrun engine), if any.
+_PLACED: dict[str, int] = {}
+
+
+def use_device(index: int) -> None:
+    """Place this rank on ``cuda:index``: torch's current device, and :func:`rank_device`'s
+    answer (also for gloo ranks, whose backend does not say where their tensors are)."""
+    import torch
+
+    torch.cuda.set_device(index)
+    _PLACED["cuda"] = index
+
+
 def rank_device() -> Any:
-    """This rank's device: its CUDA device when the group runs NCCL, else the CPU."""
+    """This rank's device: the GPU it was placed on (NCCL ranks, and gloo ranks on GPUs), the
+    current CUDA device of an NCCL group distperf did not place, else the CPU."""
     import torch
     import torch.distributed as dist
 
+    if "cuda" in _PLACED:
+        return torch.device("cuda", _PLACED["cuda"])
     if dist.get_backend() == "nccl" and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

@@ -1,4 +1,4 @@
-"""What an NCCL rank tells about its GPU's setting for the environment key: the NVIDIA
+"""What a GPU rank tells about its GPU's setting for the environment key: the NVIDIA
 driver, torch's CUDA runtime and the GPU's active NVLinks.
 
 NVML (the optional ``nvidia-ml-py`` package) gives the driver and the links; without it the

@@ -32,6 +32,7 @@ from typing import Any
 
 import cloudpickle
 
+from pytest_distperf.rank.clock import use_device
 from pytest_distperf.rank.gpu import gpu_facts
 from pytest_distperf.rank.memory import (
     forget_model,
@@ -170,9 +171,10 @@ def _join(rank: int, world_size: int, backend: str, store_port: int,
     store = dist.TCPStore(  # type: ignore[attr-defined]
         "127.0.0.1", store_port, is_master=False, timeout=timeout)
     kwargs: dict[str, Any] = {}
+    if device_index is not None:  # NCCL ranks, and gloo ranks on GPUs
+        use_device(device_index)
     if backend == "nccl":
         assert device_index is not None
-        torch.cuda.set_device(device_index)
         kwargs["device_id"] = torch.device("cuda", device_index)
     dist.init_process_group(
         backend, store=store, rank=rank, world_size=world_size, timeout=timeout, **kwargs
@@ -332,8 +334,9 @@ def _user_traceback(exc: BaseException) -> str:
 
 
 def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any]:
-    """This rank's facts: versions, threads, device, and the node it runs on (``node_rank``:
-    torchrun's ``GROUP_RANK``, else Slurm's ``SLURM_NODEID``, else -1; and ``hostname``)."""
+    """This rank's facts: versions, threads, device (``device_index``: its CUDA device, -1 on
+    CPU), and the node it runs on (``node_rank``: torchrun's ``GROUP_RANK``, else Slurm's
+    ``SLURM_NODEID``, else -1; and ``hostname``)."""
     import platform
     import socket
 
@@ -352,14 +355,16 @@ def describe(rank: int, backend: str, device_index: int | None) -> dict[str, Any
         "nccl_version": "",
         "device_model": _cpu_model() or platform.processor() or platform.machine(),
         "device_memory_bytes": 0,  # a GPU's memory; 0 on CPU ranks, which share the host's
+        "device_index": -1 if device_index is None else device_index,
     }
-    if backend == "nccl" and device_index is not None:
+    if device_index is not None:
         info["device_model"] = torch.cuda.get_device_name(device_index)
         info["device_memory_bytes"] = int(
             torch.cuda.get_device_properties(device_index).total_memory)
+        info.update(gpu_facts(device_index))  # the driver, the CUDA runtime, the NVLinks
+    if backend == "nccl":
         with contextlib.suppress(Exception):
             info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
-        info.update(gpu_facts(device_index))  # the driver, the CUDA runtime, the NVLinks
     return info
 
 

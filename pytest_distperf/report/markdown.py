@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pytest_distperf.config import GLOO_ON_GPU
 from pytest_distperf.records import (
     VERDICT_ORDER,
     Environment,
@@ -113,7 +114,8 @@ def _headline(counts: Mapping[str, int], breaches: int, *, compared: bool = True
 def _environment(header: str, environments: Sequence[Environment]) -> list[str]:
     lines = []
     for env in environments:
-        device = (f"{env.device_count} x {env.device_model}" if env.device_type == "cuda"
+        shared = f", {env.ranks_per_gpu} ranks per GPU" if env.ranks_per_gpu else ""
+        device = (f"{env.device_count} x {env.device_model}{shared}" if env.device_type == "cuda"
                   else f"{env.device_model}, {env.cpu_cores} cores, "
                        f"{env.threads_per_rank} thread(s) per rank"
                        + (f" bound to {env.bound_cores} core(s)" if env.bound_cores else ""))
@@ -121,6 +123,8 @@ def _environment(header: str, environments: Sequence[Environment]) -> list[str]:
                                                      if env.nccl_version else "")
         lines.append(f"- {env.world_size} ranks, {env.backend} on {env.device_type} "
                      f"({device}), {versions}; baselines key `{env.baselines_key()}`")
+        if env.backend == "gloo" and env.device_type == "cuda":
+            lines.append(f"  ({GLOO_ON_GPU})")
     if not lines and header:
         lines.append(f"- {header.splitlines()[0].removeprefix('distperf: ')}")
     return [*lines, ""] if lines else []

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pytest_distperf.analysis.topology import DIFFER, SLOW_PAIR_RATIO, slow_pairs, suspect_ranks
-from pytest_distperf.config import format_bytes
+from pytest_distperf.config import GLOO_ON_GPU, format_bytes
 from pytest_distperf.fixtures.results.group import CollectiveResult, PairMatrix
 from pytest_distperf.records import (
     EXACT,
@@ -217,6 +217,8 @@ def collective_table(result: CollectiveResult) -> list[str]:
         f"#{'(B)':>11} {'(elements)':>13} {'':>9} {'':>7} {'':>6} {'(us)':>10} "
         f"{'(%)':>7} {'(GB/s)':>8} {'(GB/s)':>8}",
     ]
+    if r.backend == "gloo" and r.device_type == "cuda":
+        lines.insert(1, f"# {GLOO_ON_GPU}")
     redop = "sum" if r.op in _REDUCING else "none"
     root = "0" if r.op in _ROOTED else "-1"
     dtype = "-" if r.op == "barrier" else r.dtype

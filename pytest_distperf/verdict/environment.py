@@ -3,8 +3,9 @@ file stores, and what a save or a comparison says about it.  Pure.
 
 A key holds what a run's figures depend on.  On CPU ranks: the backend, the world size, the
 CPU model, the cores the ranks may use, each rank's threads and binding, torch's version.
-On GPUs: the GPU model and count, the driver, torch's CUDA runtime, NCCL, and how the GPUs
-are linked (NVLink or PCIe); not the host's CPU or cores.  A pinned name
+On GPUs: the GPU model and count, the driver, torch's CUDA runtime, NCCL, how the GPUs
+are linked (NVLink or PCIe), and how many ranks share a GPU where they do; not the host's
+CPU or cores.  A pinned name
 (``--distperf-env-name``) stands for the machine: its details
 (:data:`~pytest_distperf.records.MACHINE_FIELDS`) then key nothing, and a fleet of like
 runners shares one baseline, still kept apart by what the measurement itself depends on.
@@ -21,7 +22,7 @@ from pytest_distperf.verdict.storefile import ENV_FIELDS, OPTIONAL_ENV_FIELDS
 
 #: Optional fields a file writes only when they are set: files of runs without them keep
 #: their bytes.
-_WRITTEN_WHEN_SET = ("driver_version", "cuda_version", "interconnect", "name")
+_WRITTEN_WHEN_SET = ("driver_version", "cuda_version", "interconnect", "name", "ranks_per_gpu")
 #: What to do where runners of one type differ in the machine's details.
 PIN_ADVICE = ("pin a name for the runner type, the same in the jobs that save and compare: "
               "--distperf-env-name NAME (ini distperf_env_name)")
@@ -40,18 +41,31 @@ def environment_of(infos: Sequence[Mapping[str, Any]], backend: str, device_type
     def gpu(key: str) -> str:
         return "" if cpu else str(first.get(key, "") or "")
 
+    gpus = [] if cpu else gpus_of(infos[:world_size])
+    shared = max(map(len, gpus), default=0)
     return Environment(
         backend=backend, device_type=device_type,
         device_model=str(first.get("device_model", "")),
-        device_count=0 if cpu else world_size, world_size=world_size,
+        device_count=len(gpus), world_size=world_size,
         torch_version=str(first.get("torch_version", "")),
         nccl_version=str(first.get("nccl_version", "") or ""),
         cpu_cores=count("cores"), threads_per_rank=count("threads"),
         bound_cores=count("bound_cores"), driver_version=gpu("driver_version"),
         cuda_version=gpu("cuda_version"),
         interconnect="" if cpu else interconnect(
-            [int(info.get("nvlinks", -1)) for info in infos[:world_size]]),
-        name=name)
+            [int(infos[ranks[0]].get("nvlinks", -1)) for ranks in gpus]),
+        name=name, ranks_per_gpu=shared if shared > 1 else 0)
+
+
+def gpus_of(infos: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The ranks on each GPU (by host and device index), from the ranks' facts; a GPU per
+    rank where a rank does not say its device."""
+    by_gpu: dict[tuple[str, int], list[int]] = {}
+    for rank, info in enumerate(infos):
+        index = int(info.get("device_index", -1))
+        key = (str(info.get("hostname", "")), index) if index >= 0 else ("rank", rank)
+        by_gpu.setdefault(key, []).append(rank)
+    return list(by_gpu.values())
 
 
 def interconnect(nvlinks: Sequence[int]) -> str:

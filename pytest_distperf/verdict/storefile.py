@@ -53,10 +53,12 @@ ENV_FIELDS: tuple[tuple[str, type], ...] = (
     ("world_size", int), ("torch_version", str), ("nccl_version", str),
 )
 #: Environment fields a file written before they existed lacks (0 or "" there); the
-#: strings are written only when set (a GPU's driver, CUDA runtime and links; a pinned name).
+#: strings and ``ranks_per_gpu`` are written only when set (a GPU's driver, CUDA runtime and
+#: links; a pinned name; ranks sharing a GPU).
 OPTIONAL_ENV_FIELDS: tuple[tuple[str, type], ...] = (
     ("cpu_cores", int), ("threads_per_rank", int), ("bound_cores", int),
     ("driver_version", str), ("cuda_version", str), ("interconnect", str), ("name", str),
+    ("ranks_per_gpu", int),
 )
 #: A metric's kind as version 2 spells it (version 1 and the records say "" for measured).
 KIND_NAMES = {MEASURED: "measured", EXACT: "exact", INFORMATIONAL: INFORMATIONAL, PEAK: PEAK}
