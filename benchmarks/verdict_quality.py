@@ -453,7 +453,8 @@ def run_all(args: argparse.Namespace, rng: random.Random, runs: list[dict[str, A
                                   f"CPU wait {pct(m.get('wait'))}, other load "
                                   f"{pct(m.get('other_load'))})" for m in metrics)
                       + f"; steal(run) {saved['run_steal']:.1%}", flush=True)
-                if not any("noisy" in str(m.get("detail")) for m in metrics):
+                if not any("saved from a noisy measurement" in str(m.get("detail"))
+                           for m in metrics):
                     break
                 time.sleep(args.save_pause)
             order = [0.0] * args.clean + [0.1] * args.slow + [0.2] * args.slow

@@ -443,15 +443,15 @@ def save_pool(every: Sequence[Measured], *, save_level: float, tolerance: float,
     """The measurements a save pools with the control: the quiet ones (``spread_limit``:
     :func:`~.rule.noise_reasons`), less those whose control the metric contradicts
     (:func:`~.readings.contradicted`; first, as the next step reads each time against its
-    control) and those slowed alone (a compare run leaves them out too: a baseline half in
-    a slow spell reads every later run as an improvement)."""
+    control) and those slowed alone against the save's usual (a baseline half in a slow
+    spell reads every later run as an improvement)."""
     quiet = [m for m in every
              if not noise_reasons(m, higher_is_better, limit=spread_limit, floor=False)]
     if not quiet:
         return []
     aside = contradicted(quiet, save_level, tolerance)
     agreed = [m for m, out in zip(quiet, aside, strict=True) if not out]
-    return without_outliers(agreed, higher_is_better=higher_is_better)
+    return without_outliers(agreed, higher_is_better=higher_is_better, typical=True)
 
 
 def save_done(taken: int, kept: int, told_now: Detectable | None, tolerance: float,
