@@ -295,14 +295,7 @@ def _timed_step(built: Built, sync: bool, k: int,
     if timer is not None:
         timer.calls.clear()
         timer.active = sync
-    t0 = clock.now()
-    with contextlib.nullcontext() if sync else built.no_sync(), built.context():
-        loss = built.forward()
-        t1 = clock.now()
-        loss.backward()
-        t2 = clock.now()
-    built.optimizer.step()
-    built.optimizer.zero_grad(set_to_none=True)
+    t0, t1, t2 = _stamped_step(built, sync)
     t3 = clock.now()
     clock.synchronize()
     buckets: list[Bucket] = []
@@ -422,23 +415,28 @@ def _back_to_back(built: Built, sync: bool, steps: int) -> list[Phases]:
     dist.barrier()
     clock.synchronize()
     set_phase(what)
-    marks = []
-    for _ in range(steps):
-        t0 = clock.now()
-        with contextlib.nullcontext() if sync else built.no_sync(), built.context():
-            loss = built.forward()
-            t1 = clock.now()
-            loss.backward()
-            t2 = clock.now()
-        built.optimizer.step()
-        built.optimizer.zero_grad(set_to_none=True)
-        marks.append((t0, t1, t2))
+    marks = [_stamped_step(built, sync) for _ in range(steps)]
     end = clock.now()
     clock.synchronize()
     starts = [m[0] for m in marks] + [end]
     return [(clock.seconds(t0, t1), clock.seconds(t1, t2), clock.seconds(t2, nxt),
              clock.seconds(t0, nxt)) for (t0, t1, t2), nxt in zip(marks, starts[1:],
                                                                    strict=True)]
+
+
+def _stamped_step(built: Built, sync: bool) -> tuple[Any, Any, Any]:
+    """One training step (``sync``: with gradient sync), and the clock's timestamps at its
+    start, after its forward and after its backward (the optimizer runs last)."""
+    clock = built.clock
+    t0 = clock.now()
+    with contextlib.nullcontext() if sync else built.no_sync(), built.context():
+        loss = built.forward()
+        t1 = clock.now()
+        loss.backward()
+        t2 = clock.now()
+    built.optimizer.step()
+    built.optimizer.zero_grad(set_to_none=True)
+    return t0, t1, t2
 
 
 def _from_barriers(built: Built, spec: StepSpec, rank: int) -> _Timed:
