@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 
+from pytest_distperf.analysis.traces.census import counted_step
 from pytest_distperf.analysis.traces.device import (
-    device_busy_s,
-    device_figures,
     rank_device_figures,
 )
 from pytest_distperf.fixtures.results.steps import DeviceFigures
@@ -148,8 +147,8 @@ def test_outside_the_region_nothing_counts() -> None:
 def test_ranks_in_order_and_those_without_cuda_calls_left_out() -> None:
     gpu = _compressed(_step(_call("cudaLaunchKernel", 10, 1)))
     no_calls = _compressed(_step(_op("aten::mm", 10, 20)))
-    assert [f.rank for f in device_figures([gpu, b"", no_calls, gpu])] == [0, 3]
-    assert device_figures([]) == () and device_figures([b"", no_calls]) == ()
+    assert [f.rank for f in counted_step([gpu, b"", no_calls, gpu]).device] == [0, 3]
+    assert counted_step([]).device == () and counted_step([b"", no_calls]).device == ()
 
 
 def test_figures_travel_as_plain_data() -> None:
@@ -164,12 +163,13 @@ def test_h200_trace_busy_time_and_no_figures_without_its_cuda_calls() -> None:
     kept, its CUDA calls cut out): its GPU ran kernels 31.5 ms of the 46.6 ms profiled region,
     three steps.  Without the host's calls nothing says what the step asked: no figures."""
     raw = gzip.decompress((DATA / "h200_ddp_gpt_rank0.trace.json.gz").read_bytes())
-    (busy,) = device_busy_s([zlib.compress(raw)])
+    counted = counted_step([zlib.compress(raw)])
+    (busy,) = counted.busy_s
     assert busy == pytest.approx(0.0315, abs=0.0005)
-    assert device_figures([zlib.compress(raw)]) == ()
+    assert counted.device == ()
     cpu = {"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": PROFILED_REGION,
                             "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0}]}
-    assert device_busy_s([_compressed(cpu)]) == ()
+    assert counted_step([_compressed(cpu)]).busy_s == ()
 
 
 # -- recorded A100 traces (shared/kineto-traces) ---------------------------------------------

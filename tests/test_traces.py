@@ -530,10 +530,11 @@ def test_real_gloo_trace_is_read_through_c10d_ops(real_traces: list[dict[str, An
 
 def test_real_cpu_traces_have_no_device_figures(real_traces: list[dict[str, Any]]) -> None:
     """gloo ranks on CPU call no CUDA: no figures and no busy time, never zeros to gate."""
-    from pytest_distperf.analysis.traces.device import device_busy_s, device_figures
+    from pytest_distperf.analysis.traces.census import counted_step
 
-    traces = [zlib.compress(json.dumps(t).encode()) for t in real_traces]
-    assert device_figures(traces) == () and device_busy_s(traces) == ()
+    counted = counted_step([zlib.compress(json.dumps(t).encode()) for t in real_traces])
+    assert counted.device == () and counted.busy_s == ()
+    assert counted.comm  # their collectives are counted all the same
 
 
 def test_real_traces_merge_on_one_clock(real_traces: list[dict[str, Any]]) -> None:

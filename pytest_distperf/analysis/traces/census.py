@@ -7,7 +7,8 @@ on a 2-core CPU runner is the same change on a GPU cluster (DDP's buckets, FSDP'
 all-gathers and reduce-scatters, a stray barrier or all-reduce in the step).
 
 ``ddp_step_timer`` runs one synchronised step under ``torch.profiler`` after its timed
-steps and sends its trace (:func:`pytest_distperf.rank.ddp._census`); ``dist_profiler``
+steps and sends its trace (:func:`pytest_distperf.rank.ddp._census`), read by
+:func:`counted_step` with the device's figures (:mod:`~.device`); ``dist_profiler``
 counts the collectives of its profiled call.  Both read the collectives with
 :func:`~pytest_distperf.analysis.traces.rank_timeline.timeline`, the same reader the trace analysis
 uses.
@@ -15,16 +16,14 @@ uses.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Sequence
 
-from pytest_distperf.analysis.traces.device import device_busy_s
+from pytest_distperf.analysis.traces.device import busy_seconds, rank_device_figures
 from pytest_distperf.analysis.traces.merge import load_trace
 from pytest_distperf.analysis.traces.rank_timeline import CommOp, timeline
-from pytest_distperf.fixtures.results.steps import CommCount
-
-# device_busy_s too: the step timer reads the step's busy time with its counts
-__all__ = ["census", "count_ops", "device_busy_s", "group_key"]
+from pytest_distperf.fixtures.results.steps import CommCount, DeviceFigures
 
 
 def count_ops(per_rank: Sequence[Sequence[CommOp]]) -> tuple[CommCount, ...]:
@@ -51,10 +50,22 @@ def group_key(op: CommOp) -> str:
     return "ranks " + ",".join(map(str, op.group_ranks)) if op.group_ranks else ""
 
 
-def census(traces: Sequence[bytes]) -> tuple[CommCount, ...]:
-    """The collectives of one step on every rank, from their zlib-compressed traces (empty
-    traces are skipped: a rank that did not count)."""
-    ops = [timeline(load_trace(zlib.decompress(t)), rank).ops
-           for rank, t in enumerate(traces) if t]
-    return count_ops(ops)
+@dataclasses.dataclass(frozen=True, slots=True)
+class CountedStep:
+    """What the counted step's traces say: its collectives, and on GPUs the seconds each
+    rank's device ran kernels and what each rank's host asked of its device."""
+
+    comm: tuple[CommCount, ...]
+    busy_s: tuple[float, ...]
+    device: tuple[DeviceFigures, ...]
+
+
+def counted_step(traces: Sequence[bytes]) -> CountedStep:
+    """:class:`CountedStep` from the ranks' zlib-compressed traces (empty ones are skipped:
+    a rank that did not count), each decompressed and parsed once."""
+    loaded = [(rank, load_trace(zlib.decompress(t))) for rank, t in enumerate(traces) if t]
+    lines = [timeline(trace, rank) for rank, trace in loaded]
+    device = [rank_device_figures(trace, rank) for rank, trace in loaded]
+    return CountedStep(count_ops([line.ops for line in lines]), busy_seconds(lines),
+                       tuple(f for f in device if f is not None))
 

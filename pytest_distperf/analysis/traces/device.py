@@ -2,15 +2,14 @@
 launches, host-device synchronisations (and the op that caused each), bytes copied between
 host and device, and how long the GPU ran kernels.  Pure: stdlib only.
 
-The API, for the counted step of ``ddp_step_timer`` (the same ``traces`` as
-:func:`~pytest_distperf.analysis.traces.census.census`: zlib-compressed trace JSON per rank,
-empty bytes for a rank that did not count):
+The API (:func:`~pytest_distperf.analysis.traces.census.counted_step` reads the counted step
+of ``ddp_step_timer`` with both, each rank's trace parsed once):
 
-* :func:`device_figures` (``traces``) -> one
-  :class:`~pytest_distperf.fixtures.results.steps.DeviceFigures` per rank that ran CUDA
-  calls, in rank order; () on CPU ranks (never zeros that a baseline would gate);
-* :func:`rank_device_figures` (one parsed trace, its rank) -> ``DeviceFigures`` or None;
-* :func:`device_busy_s` (``traces``) -> per rank, the seconds the GPU ran kernels; () on CPU.
+* :func:`rank_device_figures` (one parsed trace, its rank) ->
+  :class:`~pytest_distperf.fixtures.results.steps.DeviceFigures`, or None where the rank ran
+  no CUDA call (a CPU rank: never zeros that a baseline would gate);
+* :func:`busy_seconds` (the ranks' timelines) -> per rank, the seconds the GPU ran kernels;
+  () on CPU.
 
 The counts are exact (the same code asks the same of the device on any run); the busy time
 is a measurement, read from the same step, and is kept apart for that reason.
@@ -56,25 +55,23 @@ How each figure is read, for the calls inside the profiled region (the
 * a trace without one CUDA call gives no figures: a CPU rank, or a trace cut down to its
   device's events (nothing says what the host asked).
 
-``ddp_step_timer``'s counted step closes with ``torch.cuda.synchronize()`` inside the region:
-every GPU rank's ``syncs`` hold that one bare ``cudaDeviceSynchronize``.
+``ddp_step_timer``'s counted step drains the device with ``torch.cuda.synchronize()`` after
+its region: the syncs counted are the step's own.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_distperf.analysis.traces.merge import load_trace
 from pytest_distperf.analysis.traces.rank_timeline import (
     Event,
+    Timeline,
     by_thread,
     complete_events,
     enclosing,
     outermost,
     region_of,
-    timeline,
 )
 from pytest_distperf.common.intervals import union_length
 from pytest_distperf.fixtures.results.steps import DeviceFigures
@@ -97,18 +94,6 @@ BLOCKING_COPIES = frozenset({
     "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cuMemcpy", "cuMemcpyDtoH",
     "cuMemcpyDtoH_v2"})
 _TO_DEVICE, _TO_HOST = "Memcpy HtoD", "Memcpy DtoH"
-
-
-def device_figures(traces: Sequence[bytes]) -> tuple[DeviceFigures, ...]:
-    """Per rank (its index in ``traces``), what its step asked of its GPU; ranks with empty
-    traces or without CUDA calls are left out."""
-    out = []
-    for rank, data in enumerate(traces):
-        if data:
-            figures = rank_device_figures(load_trace(zlib.decompress(data)), rank)
-            if figures is not None:
-                out.append(figures)
-    return tuple(out)
 
 
 def rank_device_figures(trace: Mapping[str, Any], rank: int = 0) -> DeviceFigures | None:
@@ -135,10 +120,9 @@ def rank_device_figures(trace: Mapping[str, Any], rank: int = 0) -> DeviceFigure
         d2h_bytes=_bytes(copies, _TO_HOST))
 
 
-def device_busy_s(traces: Sequence[bytes]) -> tuple[float, ...]:
+def busy_seconds(lines: Sequence[Timeline]) -> tuple[float, ...]:
     """Per rank, the seconds its GPU ran kernels in the counted step (compute and
-    communication together); () where the traces hold no kernels (CPU ranks)."""
-    lines = [timeline(load_trace(zlib.decompress(t)), rank) for rank, t in enumerate(traces) if t]
+    communication together); () where the timelines hold no kernels (CPU ranks)."""
     if not lines or not all(line.device for line in lines):
         return ()
     return tuple(union_length([*line.comm, *line.compute]) / 1e6 for line in lines)
