@@ -8,7 +8,8 @@ per rank) and plain records; no torch, no pytest.
   compute intervals;
 * :mod:`~pytest_distperf.analysis.traces.stages`: pipeline stages' labelled chunks;
 * :mod:`~pytest_distperf.analysis.traces.desync`: did the ranks run the same collectives in order;
-* :mod:`~pytest_distperf.analysis.traces.census`: one step's collectives, counted, with its device figures (each trace read once);
+* :mod:`~pytest_distperf.analysis.traces.census`: one step's collectives, counted, with
+  its device figures (each trace read once);
 * :mod:`~pytest_distperf.analysis.traces.device`: what one step asked of each rank's GPU
   (kernel launches, host syncs and their causes, host-device bytes, kernel busy time);
 * :mod:`~pytest_distperf.analysis.traces.analysis`: per-rank figures, collective statistics and the
