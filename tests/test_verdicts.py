@@ -416,7 +416,8 @@ def test_cpu_work_made_twice_as_long_is_caught_with_the_host_speed_control(
             "*work.time_s*regressed",
             "*work.time_s: regressed: *confirmed by * measurements*host-speed control*"])
     assert verdict["measurement_count"] == rule._CONTROL_MEASUREMENTS
-    assert verdict["change"] > 0.5  # twice the work: about +100%
+    # twice the work, about +100%: past the tolerance even against a save a busy host slowed
+    assert verdict["change"] > 0.1
     assert verdict["host_change"] is not None
     assert 0.0 <= verdict["control_slope"] <= 1.0
 
