@@ -656,3 +656,11 @@ def test_a_breach_the_noise_could_have_made_warns_and_fails_only_when_strict(
         result.assert_outcomes(passed=1)
         result.stdout.fnmatch_lines([f"*threshold breach too noisy to tell*{said}"])
     assert test["breaches"] and "inconclusive" in test["breaches"][0]
+
+
+@pytest.mark.parametrize(("steps", "again"), [(1, 1), (5, 5), (9, 5), (10, 5), (20, 10)])
+def test_a_re_measurement_times_half_the_steps_and_five_at_least(steps: int,
+                                                                  again: int) -> None:
+    from pytest_distperf.fixtures.steptimer import again_steps
+
+    assert again_steps(steps) == again

@@ -722,7 +722,7 @@ FRESH_RANKS = textwrap.dedent("""
 
     def test_step(ddp_step_timer, nccl_group):
         nccl_group.run(keep, "set up by the test")
-        ddp_step_timer(model, lambda rank: torch.randn(4, 16), steps=5, warmup=1)
+        ddp_step_timer(model, lambda rank: torch.randn(4, 16), steps=10, warmup=1)
 
 
     def test_the_pool_keeps_what_earlier_calls_left(nccl_group):
@@ -777,10 +777,12 @@ def test_a_save_measures_a_step_again_on_fresh_ranks(
     builders = {p.name for p in pids.iterdir()}
     # two ranks per set of processes: the pool's own, and one fresh set per re-measurement
     assert len(builders) == (2 * taken if how == "fresh" else 2), builders
-    # every measurement's samples and controls, for anyone to check the verdict with
+    # every measurement's samples and controls, for anyone to check the verdict with; a
+    # re-measurement times half the steps (it adds one more set of ranks' level)
     assert len(step["measurements"]) == taken
+    assert [len(m["samples"]["values"]) for m in step["measurements"]] == [10] + [5] * (taken - 1)
     assert all(len(m["samples"]["values"]) == len(m["samples"]["control"])
-               == len(m["samples"]["memory_control"]) == 5 for m in step["measurements"])
+               == len(m["samples"]["memory_control"]) for m in step["measurements"])
     # the verdicts say where they were measured
     said = f"{taken - 1} re-measurement(s) on fresh ranks"
     assert (said in step["detail"]) == (how == "fresh"), step["detail"]
