@@ -457,6 +457,9 @@ class RankStep:
     control_s: tuple[float, ...] = ()
     #: seconds of the memory control run after each of those (CPU; else ())
     memory_control_s: tuple[float, ...] = ()
+    #: steps timed back to back (a GPU): the host-speed control's seconds before and after
+    #: the timed blocks, outside them (:func:`~pytest_distperf.rank.ddp._back_to_back`)
+    host_control_s: tuple[float, ...] = ()
     #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
     flops: int = 0
     #: with a mesh, the collectives of the counted step by mesh dimension (exact), and the
