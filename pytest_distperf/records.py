@@ -189,6 +189,7 @@ class Measured:
     steal: float | None = None
     wait: float | None = None
     other_load: float | None = None
+    held: float | None = None  # share of the time a GPU was held below its clocks (NVML)
 
     @staticmethod
     def upgrade_dict(data: dict[str, Any]) -> dict[str, Any]:
