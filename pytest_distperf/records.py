@@ -189,6 +189,7 @@ class Measured:
     steal: float | None = None
     wait: float | None = None
     other_load: float | None = None
+    held: float | None = None  # share of the time a GPU was held below its clocks (NVML)
 
     @staticmethod
     def upgrade_dict(data: dict[str, Any]) -> dict[str, Any]:
@@ -457,6 +458,9 @@ class RankStep:
     control_s: tuple[float, ...] = ()
     #: seconds of the memory control run after each of those (CPU; else ())
     memory_control_s: tuple[float, ...] = ()
+    #: steps timed back to back (a GPU): the host-speed control's seconds before and after
+    #: the timed blocks, outside them (:func:`~pytest_distperf.rank.ddp._back_to_back`)
+    host_control_s: tuple[float, ...] = ()
     #: FLOPs of one synchronised step on this rank (torch.utils.flop_counter; 0: not counted)
     flops: int = 0
     #: with a mesh, the collectives of the counted step by mesh dimension (exact), and the

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -285,8 +286,23 @@ class DistperfSession:
             return []
         return list(engine.pids())
 
+    def _held_ns(self) -> tuple[int, ...] | None:
+        """The counters of the time this host's GPUs of the ranks were held below their
+        clocks (NVML), for the noise probe; None on CPU ranks or where NVML cannot tell."""
+        engine = self._engine
+        if self.device_type != "cuda" or engine is None or not getattr(engine, "alive", True):
+            return None
+        from pytest_distperf.doctor.nvml import held_ns
+
+        host = socket.gethostname()
+        gpus = sorted({(int(info["device_index"]), str(info.get("uuid", "")))
+                       for info in engine.rank_info()
+                       if info.get("device_index", -1) >= 0 and info.get("hostname") == host})
+        return held_ns(gpus) if gpus else None
+
     def noise_snapshot(self) -> noise.Snapshot:
-        return noise.snapshot(self._measured_pids(), local_ranks=self.mode == "torchrun")
+        return noise.snapshot(self._measured_pids(), local_ranks=self.mode == "torchrun",
+                              held_ns=self._held_ns())
 
     def noise_since(self, start: noise.Snapshot) -> noise.NoiseFigures:
         return noise.between(start, self.noise_snapshot())

@@ -34,7 +34,7 @@ from pytest_distperf.records import (
 from pytest_distperf.report import terminal as report
 from pytest_distperf.verdict import judgement as jm
 from pytest_distperf.verdict import readings, rule, stats
-from pytest_distperf.verdict.measurements import figures
+from pytest_distperf.verdict.measurements import figures, measured_of, noise_of
 from pytest_distperf.verdict.noise import NoiseFigures, Snapshot, between
 
 if sys.version_info >= (3, 11):
@@ -404,6 +404,10 @@ def test_too_noisy_to_tell_is_inconclusive_with_the_figures() -> None:
     assert detail.startswith(f"inconclusive: too noisy to tell in all {rule._CONFIRM_ROUNDS + 1}"
                              " measurements; rerun on a quieter runner. Noise: ")
     assert BUSY_REASON in detail
+    # a GPU held below its clocks makes it noisy too: a throttled step is no regression
+    held = NoiseFigures(1.0, 0.0, 0.0, 0.0, held=0.2)
+    verdict, _, detail, _ = decide(stored(), *[window(scaled(1.8), held)] * (REG + 1))
+    assert verdict == bl.INCONCLUSIVE and "a GPU was held below its clocks" in detail
     # the host's steal and the ranks' wait alone make no measurement noisy
     steal = NoiseFigures(1.0, 0.4, 0.9)
     assert decide(stored(), window(scaled(1.8), steal), can_confirm=False)[0] == bl.REGRESSED
@@ -1499,6 +1503,25 @@ def test_noise_figures_from_counters() -> None:
     unknown = between(Snapshot(0.0, (), ()), Snapshot(1.0, (), ()))
     assert (unknown.steal, unknown.wait, unknown.other_load) == (None, None, None)
     assert unknown.too_noisy() == [] and "?" in unknown.describe()
+
+
+def test_a_gpu_held_below_its_clocks_makes_a_measurement_noisy() -> None:
+    """The most of the time any GPU of the ranks was held down (NVML's counters, ns) over
+    the measurement: any of it sets the measurement aside, as NVBench does."""
+    start = Snapshot(10.0, (), (), held_ns=(1_000, 5_000))
+    seen = between(start, Snapshot(12.0, (), (), held_ns=(1_000, 5_000 + int(0.3e9))))
+    assert seen.held == pytest.approx(0.15)
+    assert seen.too_noisy() == ["a GPU was held below its clocks (heat, or its board's "
+                                   "limits) 15.0% of the time"]
+    assert "GPU held 15.0%" in seen.describe()
+    steady = between(start, Snapshot(12.0, (), (), held_ns=start.held_ns))
+    assert steady.held == 0 and steady.too_noisy() == []
+    # not read at one end (CPU ranks, a pool started within the window): unknown
+    assert between(Snapshot(10.0, (), ()), Snapshot(12.0, (), (), held_ns=(9,))).held is None
+    # kept with the measurement, and judged from it again
+    m = measured_of(Metric("x", 1.0, "s", False, (1.0,) * 5), seen)
+    assert m.held == pytest.approx(0.15) and noise_of(m) is not None
+    assert noise_of(m).too_noisy() == seen.too_noisy()  # type: ignore[union-attr]
 
 
 def test_other_load_is_the_machine_busy_time_the_measured_processes_did_not_use(

@@ -119,10 +119,15 @@ def test_back_to_back(nccl_group):
     r0, r1 = nccl_group.run(time_steps, spec)
     assert len(r0.step_s) == len(r0.no_sync_step_s) == 5
     assert r0.control_s == () and r0.comm == ()  # no control, no hook between steps
+    # the host-speed control outside the blocks: three readings before, three after
+    assert len(r0.host_control_s) == len(r1.host_control_s) == 6
+    assert all(0 < c < 1 for c in r0.host_control_s)
     assert min(r0.step_s) > 0.07 and max(r0.no_sync_step_s) < min(r1.no_sync_step_s)
     assert all(abs(f + b + o - s) < 1e-6 for f, b, o, s in zip(
         r0.forward_s, r0.backward_s, r0.optimizer_s, r0.step_s))  # the step's own parts
-    assert analyze_steps([r0, r1]).stragglers == [1]
+    timing = analyze_steps([r0, r1])
+    assert timing.stragglers == [1]
+    assert len(timing.samples["host_control_s"]) == 6 and "control_s" not in timing.samples
 
 
 def test_comm_heavy(ddp_step_timer):

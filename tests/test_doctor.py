@@ -484,3 +484,29 @@ def test_the_quick_check_on_gloo_ranks_reports_a_busy_neighbour(
     assert str(pid) in section["load_sentence"]
     assert section["system"]["world_size"] == 2 and section["quick"] is True
     assert section["errors"] == [] and section["gpus"] == []
+
+
+def _violations(per_gpu: dict[str, dict[int, int]], broken: bool = False) -> Any:
+    """An NVML module whose violation counters are ``per_gpu``: uuid -> policy -> ns."""
+    def status(handle: str, policy: int) -> Any:
+        if broken:
+            raise _NVMLError("Not Supported")
+        return types.SimpleNamespace(referenceTime=0, violationTime=per_gpu[handle][policy])
+
+    return types.SimpleNamespace(
+        NVMLError=_NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetViolationStatus=status)
+
+
+def test_held_counts_heat_and_the_boards_limits_not_the_power_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per GPU, the ns NVML says it was held below its clocks by heat (1), its board (3) or
+    its reliability limit (5); a power cap (0), a GPU's steady state under load, is not."""
+    counters = {"GPU-a": {0: 9_000, 1: 100, 3: 20, 5: 3}, "GPU-b": {0: 0, 1: 0, 3: 0, 5: 0}}
+    monkeypatch.setitem(sys.modules, "pynvml", _violations(counters))
+    assert nvml.held_ns([(0, "GPU-a"), (1, "GPU-b")]) == (123, 0)
+    monkeypatch.setitem(sys.modules, "pynvml", _violations(counters, broken=True))
+    assert nvml.held_ns([(0, "GPU-a")]) is None  # not counted on this device: unknown
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert nvml.held_ns([(0, "GPU-a")]) is None

@@ -355,6 +355,8 @@ def _step_samples(ranks: Sequence[RankStep], steps_s: Sequence[float],
            if all(len(r.control_s) == len(r.step_s) > 0 for r in ranks) else {}),
         **({"memory_control_s": per_step_max([r.memory_control_s for r in ranks])}
            if all(len(r.memory_control_s) == len(r.step_s) > 0 for r in ranks) else {}),
+        **({"host_control_s": per_step_max([r.host_control_s for r in ranks])}
+           if all(r.host_control_s for r in ranks) else {}),
     }
 
 

@@ -152,6 +152,34 @@ def read(index: int, uuid: str, own_pids: Sequence[int], ranks_here: int = 1
             pynvml.nvmlShutdown()
 
 
+#: NVML's performance policies whose violation time is a GPU held below its clocks by heat
+#: (1), its board's limit (3) or its reliability limit (5); not its power cap (0), where a GPU
+#: under load runs steadily (an H100 and an H200 at 1560-1605 of 1980 MHz, benchmarks/doctor.md)
+HELD_POLICIES = (1, 3, 5)
+
+
+def held_ns(gpus: Sequence[tuple[int, str]]) -> tuple[int, ...] | None:
+    """Per GPU (its index and CUDA uuid, "GPU-..."), the nanoseconds it has been held below
+    its clocks (:data:`HELD_POLICIES`) since its driver loaded; None where NVML cannot tell."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        return tuple(sum(int(pynvml.nvmlDeviceGetViolationStatus(
+            _handle(pynvml, index, uuid), policy).violationTime) for policy in HELD_POLICIES)
+            for index, uuid in gpus)
+    except (pynvml.NVMLError, AttributeError, TypeError):
+        return None  # not counted on this device or driver
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
 def _handle(nv: Any, index: int, uuid: str) -> Any:
     if uuid:
         with contextlib.suppress(nv.NVMLError):

@@ -361,10 +361,15 @@ def _measure(spec: StepSpec) -> RankStep:
     back_to_back = (spec.back_to_back if spec.back_to_back is not None
                     else built.clock.on_cuda)
     peak_rss = rss_bytes()
+    host_control: list[float] = []
     if back_to_back:
+        check = _host_check(spec)
+        _run_host_check(check, "before")
         phases = _back_to_back(built, True, spec.steps)
         no_sync_s = [p[3] for p in _back_to_back(built, False, spec.steps)]
+        _run_host_check(check, "after")
         timed = _Timed(phases, no_sync_s)
+        host_control = check.compute_s if check is not None else []
     else:
         timed = _from_barriers(built, spec, rank)
     if not built.clock.on_cuda:
@@ -381,7 +386,8 @@ def _measure(spec: StepSpec) -> RankStep:
         memory_source=source, memory_capacity_bytes=capacity, device=str(built.clock.device),
         buckets=max(timed.buckets) if timed.buckets else None, census=census,
         control_s=tuple(timed.control_s), memory_control_s=tuple(timed.memory_control_s),
-        flops=flops, mesh_comm=mesh_comm, counted_step_s=counted_s, calibration_s=calibration)
+        flops=flops, mesh_comm=mesh_comm, counted_step_s=counted_s, calibration_s=calibration,
+        host_control_s=tuple(host_control))
 
 
 Phases = tuple[float, float, float, float]  # forward, backward, optimizer, whole step
@@ -422,6 +428,30 @@ def _back_to_back(built: Built, sync: bool, steps: int) -> list[Phases]:
     return [(clock.seconds(t0, t1), clock.seconds(t1, t2), clock.seconds(t2, nxt),
              clock.seconds(t0, nxt)) for (t0, t1, t2), nxt in zip(marks, starts[1:],
                                                                    strict=True)]
+
+
+#: host-speed control readings before, and as many after, the back-to-back blocks
+_HOST_READINGS = 3
+
+
+def _host_check(spec: StepSpec) -> HostControls | None:
+    """The host-speed control for steps timed back to back (``spec.control``), timed on the
+    host's clock: the host's speed, which a GPU step's launches depend on."""
+    if not spec.control:
+        return None
+    import torch
+
+    check = HostControls(Clock(torch.device("cpu")))
+    check.warm()
+    return check
+
+
+def _run_host_check(check: HostControls | None, when: str) -> None:
+    if check is None:
+        return
+    for k in range(_HOST_READINGS):
+        check.run(f"ddp_step_timer: host-speed control {when} the timed steps "
+                  f"{k + 1}/{_HOST_READINGS}")
 
 
 def _stamped_step(built: Built, sync: bool) -> tuple[Any, Any, Any]:

@@ -20,19 +20,20 @@ PROC_DRIVER_FILE = "/proc/driver/nvidia/version"
 
 
 def gpu_facts(device_index: int) -> dict[str, Any]:
-    """``driver_version``, ``cuda_version`` and ``nvlinks`` (active NVLinks of this rank's
-    GPU; -1 where NVML cannot tell) for the rank on ``cuda:device_index``."""
+    """``driver_version``, ``cuda_version``, ``nvlinks`` (active NVLinks of this rank's
+    GPU; -1 where NVML cannot tell) and ``uuid`` ("GPU-...", NVML's spelling) for the rank
+    on ``cuda:device_index``."""
     import torch
 
     props = torch.cuda.get_device_properties(device_index)
     uuid = str(getattr(props, "uuid", "") or "")
+    uuid = uuid if not uuid or uuid.startswith("GPU-") else f"GPU-{uuid}"
     facts: dict[str, Any] = {"cuda_version": str(torch.version.cuda or ""),
-                             "driver_version": "", "nvlinks": -1}
+                             "driver_version": "", "nvlinks": -1, "uuid": uuid}
     with contextlib.suppress(ImportError):
         import pynvml
 
-        facts.update(nvml_facts(pynvml, device_index,
-                                uuid if not uuid or uuid.startswith("GPU-") else f"GPU-{uuid}"))
+        facts.update(nvml_facts(pynvml, device_index, uuid))
     if not facts["driver_version"]:
         with contextlib.suppress(OSError), open(PROC_DRIVER_FILE) as f:
             facts["driver_version"] = driver_from_proc(f.read())

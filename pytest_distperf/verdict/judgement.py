@@ -35,6 +35,7 @@ from pytest_distperf.records import (
     Verdict,
 )
 from pytest_distperf.verdict import explain
+from pytest_distperf.verdict.hostside import host_side
 from pytest_distperf.verdict.measurements import carries_control, measured_of, pooled
 from pytest_distperf.verdict.noise import NoiseFigures
 from pytest_distperf.verdict.readings import (
@@ -195,7 +196,7 @@ class Judgement:
                                                                  v.measurement_count - 1))
                if v.measurement_count > 1 and labels.get(v.metric) in self.fresh_labels
                else v for v in out + [v for v, _ in gone]]
-        return explain.explain(out, labels, self.tolerance)
+        return explain.explain(host_side(out, labels), labels, self.tolerance)
 
     def verdict(self, name: str) -> Verdict:
         raise NotImplementedError

@@ -45,18 +45,20 @@ def _usable(samples: Samples) -> Samples:
                    kept if usable else ())
 
 
-def figures(noise: NoiseFigures | None) -> tuple[float | None, float | None, float | None]:
-    """(steal, wait, other load) of the noise probe's figures, as a measurement keeps them."""
+def figures(noise: NoiseFigures | None
+            ) -> tuple[float | None, float | None, float | None, float | None]:
+    """(steal, wait, other load, GPU held) of the noise probe's figures, as a measurement
+    keeps them."""
     if noise is None:
-        return None, None, None
-    return noise.steal, noise.wait, noise.other_load
+        return None, None, None, None
+    return noise.steal, noise.wait, noise.other_load, noise.held
 
 
 def noise_of(m: Measured) -> NoiseFigures | None:
     """What the noise probe saw during ``m`` (None: nothing was read)."""
-    if m.steal is None and m.wait is None and m.other_load is None:
+    if m.steal is None and m.wait is None and m.other_load is None and m.held is None:
         return None
-    return NoiseFigures(0.0, m.steal, m.wait, m.other_load)
+    return NoiseFigures(0.0, m.steal, m.wait, m.other_load, m.held)
 
 
 def pooled(measurements: Sequence[Measured]) -> Measured:

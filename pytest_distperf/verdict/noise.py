@@ -53,6 +53,9 @@ class Snapshot:
     wait_ns: tuple[tuple[int, int], ...]  # (pid, total run-queue wait of its threads in ns)
     ticks: tuple[tuple[int, int], ...] = ()  # (pid, utime + stime in clock ticks)
     cpus: int = 0  # the CPUs the cpu line sums; 0: unknown
+    #: per GPU of the ranks, ns held below its clocks since its driver loaded (NVML); None:
+    #: not on GPUs, or not readable
+    held_ns: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,24 +66,34 @@ class NoiseFigures:
     steal: float | None  # share of all CPU time stolen by the host, 0..1
     wait: float | None  # mean seconds a measured process waited for a CPU, per second
     other_load: float | None = None  # share of all CPU time used by other processes, 0..1
+    #: the most of the time any GPU of the ranks was held below its clocks (heat, its
+    #: board's or its reliability limit: NVML's violation counters), 0..1
+    held: float | None = None
 
     def too_noisy(self) -> list[str]:
-        """Why the measurement cannot be trusted (empty when it can).
+        """Why the measurement cannot be trusted (empty when it can): other processes'
+        load, or a GPU held below its clocks at all (NVBench sets a throttled measurement
+        aside too).
 
         An other load that could not be read is no reason: the sample spread (judged by
         :mod:`pytest_distperf.verdict.rule`) is then the only guard.
         """
-        if self.other_load is None or not self.other_load > _OTHER_LOAD_LIMIT:
-            return []
-        waited = "" if self.wait is None else f", the ranks waiting {self.wait:.0%}"
-        return [f"other processes used {self.other_load:.0%} of the CPUs > "
-                f"{_OTHER_LOAD_LIMIT:.0%}{waited}"]
+        out = []
+        if self.other_load is not None and self.other_load > _OTHER_LOAD_LIMIT:
+            waited = "" if self.wait is None else f", the ranks waiting {self.wait:.0%}"
+            out.append(f"other processes used {self.other_load:.0%} of the CPUs > "
+                       f"{_OTHER_LOAD_LIMIT:.0%}{waited}")
+        if self.held:
+            out.append(f"a GPU was held below its clocks (heat, or its board's limits) "
+                       f"{self.held:.1%} of the time")
+        return out
 
     def describe(self) -> str:
         steal = "?" if self.steal is None else f"{self.steal:.1%}"
         wait = "?" if self.wait is None else f"{self.wait:.1%}"
         other = "?" if self.other_load is None else f"{self.other_load:.1%}"
-        return f"host steal {steal}, CPU wait {wait}, other load {other}"
+        held = "" if self.held is None else f", GPU held {self.held:.1%}"
+        return f"host steal {steal}, CPU wait {wait}, other load {other}{held}"
 
 
 def pooled_noise(figures: list[NoiseFigures]) -> NoiseFigures | None:
@@ -93,8 +106,9 @@ def pooled_noise(figures: list[NoiseFigures]) -> NoiseFigures | None:
     worst = next((f for f in figures if f.too_noisy()), None) or max(
         figures, key=lambda f: (f.other_load or 0.0, f.wait or 0.0))
     steals = [f.steal for f in figures if f.steal is not None]
+    held = [f.held for f in figures if f.held is not None]
     return NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
-                        worst.wait, worst.other_load)
+                        worst.wait, worst.other_load, max(held, default=None))
 
 
 def _read_cpu_lines() -> tuple[tuple[int, ...], int]:
@@ -139,11 +153,13 @@ def siblings(table: dict[int, procs.Proc] | None = None) -> list[int]:
                         if proc.ppid == parent and pid != me)]
 
 
-def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False) -> Snapshot:
+def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False,
+             held_ns: tuple[int, ...] | None = None) -> Snapshot:
     """The counters now, for the measured processes ``pids`` (with ``local_ranks``, also
     :func:`siblings`: the local ranks under torchrun).  Their CPU time is counted with this
     process's (the controller) and every descendant's: all of it is the test's.  One pass
-    over ``/proc`` for all of it."""
+    over ``/proc`` for all of it.  ``held_ns``: the GPUs' counters, as the caller read them
+    (:func:`~pytest_distperf.doctor.nvml.held_ns`)."""
     table = procs.table()
     pids = list(dict.fromkeys([*pids, *(siblings(table) if local_ranks else ())]))
     waits = []
@@ -156,7 +172,7 @@ def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False) -> Snapshot
     ticks = tuple((pid, table[pid].ticks)
                   for pid in procs.descendants([*pids, os.getpid()], table) if pid in table)
     cpu, cpus = _read_cpu_lines()
-    return Snapshot(time.monotonic(), cpu, tuple(waits), ticks, cpus)
+    return Snapshot(time.monotonic(), cpu, tuple(waits), ticks, cpus, held_ns)
 
 
 def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
@@ -198,4 +214,10 @@ def between(start: Snapshot, end: Snapshot) -> NoiseFigures:
     if common and seconds > 0:
         waited = sum(max(0, b - a) for a, b in common) / 1e9
         wait = waited / (seconds * len(common))
-    return NoiseFigures(seconds, steal, wait, _other_load(start, end, seconds))
+    held: float | None = None
+    if (start.held_ns is not None and end.held_ns is not None and seconds > 0
+            and len(start.held_ns) == len(end.held_ns)):
+        held = min(1.0, max((max(0, b - a) for a, b in zip(start.held_ns, end.held_ns,
+                                                            strict=True)), default=0) / 1e9
+                   / seconds)
+    return NoiseFigures(seconds, steal, wait, _other_load(start, end, seconds), held)

@@ -11,7 +11,7 @@ one sample per line) is still read, and is rewritten as version 2 by the next sa
 
 Both are read into *flat tables*, one per metric, with version 1's keys: ``unit``,
 ``higher_is_better``, ``value``, ``kind``, ``tolerance``, ``samples``, ``control``,
-``memory_control``, ``measurements``, ``steal``, ``cpu_wait``, ``other_load``.
+``memory_control``, ``measurements``, ``steal``, ``cpu_wait``, ``other_load``, ``gpu_held``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ SAMPLE_DIGITS = 4
 VALUE_DIGITS = 6
 _ARRAYS = (("samples", "values"), ("control", "control"),
            ("memory_control", "memory_control"))
-_NOISE = ("steal", "cpu_wait", "other_load")
+_NOISE = ("steal", "cpu_wait", "other_load", "gpu_held")
 
 
 class BaselineError(Exception):
