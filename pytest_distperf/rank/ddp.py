@@ -64,8 +64,9 @@ class StepSpec:
     #: module -> bool); None: the blocks of every ModuleList/ModuleDict
     #: (:func:`~pytest_distperf.rank.fsdp.shard_targets`)
     fsdp_policy: Any = None
-    #: on CPU ranks, the host-speed control after every synchronised step
-    #: (:func:`~pytest_distperf.rank.clock.control_kernel`), as ``measure()`` has it
+    #: the host-speed control (:func:`~pytest_distperf.rank.clock.control_kernel`): on CPU
+    #: ranks after every synchronised step, as ``measure()`` has it; with the steps timed
+    #: back to back, three times before and three after them (:func:`_host_check`)
     control: bool = True
     #: a mesh layout ((name, size), ...): the model is parallelised over a DeviceMesh
     #: (:mod:`~pytest_distperf.rank.mesh`) instead of wrapped over all ranks
