@@ -95,6 +95,16 @@ def run_pytest(folder: Path, baselines: Path, *extra: str) -> tuple[float, float
     return wall, before, load(), done.returncode
 
 
+def measurements_of(report: Path) -> dict[str, int]:
+    """How many measurements the save took of each timed metric, from its JSON report."""
+    try:
+        tests = json.loads(report.read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {v["metric"]: v["measurement_count"] for t in tests for v in t["verdicts"]
+            if v["metric"] in ("step_time_s", "compute_time_s")}
+
+
 def summary(ratios: list[float]) -> str:
     return (f"median {statistics.median(ratios):.2f}x "
             f"(range {min(ratios):.2f}-{max(ratios):.2f}x, {len(ratios)} blocks)")
@@ -115,14 +125,16 @@ def main() -> None:
         for block in range(args.blocks):
             base = folder / f"baselines{block}"
             plain = run_pytest(folder, folder / f"empty{block}")
-            save = run_pytest(folder, base, "--distperf-save")
+            report = folder / f"save{block}.json"
+            save = run_pytest(folder, base, "--distperf-save", f"--distperf-json={report}")
             compare = run_pytest(folder, base)
-            row = {"block": block, "plain": plain, "save": save, "compare": compare}
+            row = {"block": block, "plain": plain, "save": save, "compare": compare,
+                   "save_measurements": measurements_of(report)}
             rows.append(row)
             print(f"block {block}: " + ", ".join(
                 f"{kind} {r[0]:.1f} s (load {r[1]:.1f}->{r[2]:.1f}, rc {r[3]})"
-                for kind, r in (("plain", plain), ("save", save), ("compare", compare))),
-                flush=True)
+                for kind, r in (("plain", plain), ("save", save), ("compare", compare)))
+                + f"; the save's measurements: {row['save_measurements']}", flush=True)
     compare_ratio = [r["compare"][0] / r["plain"][0] for r in rows]
     save_ratio = [r["save"][0] / r["plain"][0] for r in rows]
     print(f"compare / plain: {summary(compare_ratio)}")
