@@ -246,7 +246,7 @@ def test_what_a_save_can_tell_separates_the_kinds_as_their_runs_did(
 
 
 @pytest.mark.parametrize(("name", "most"), [
-    ("r73.json.gz", {"py.time_s": 0, "mm.time_s": 1, "ar.time_s": 0}),
+    ("r73.json.gz", {"py.time_s": 0, "mm.time_s": 0, "ar.time_s": 0}),
     ("r72.json.gz", {"py.time_s": 1, "mm.time_s": 0, "ar.time_s": 0}),
 ])
 def test_micro_work_compared_unchanged_is_not_called_regressed(
@@ -256,10 +256,37 @@ def test_micro_work_compared_unchanged_is_not_called_regressed(
     all-reduce), saved and compared unchanged: R73 on the quiet VM (2 saves, 10 compares),
     R72 beside busy neighbours (3 saves, 23 compares), each baseline rebuilt as a save takes
     it now, judged at the default tolerance.  As recorded, before issue 49, they false-alarmed
-    2 of 30 and 21 of 69; the two left are explained in benchmarks/verdict_quality.md (a
-    host drift neither control followed, two host regimes 86% apart)."""
+    2 of 30 and 21 of 69; the one left is explained in benchmarks/verdict_quality.md (two
+    host regimes 86% apart)."""
     monkeypatch.setattr(replay, "TOLERANCE", 0.10)
     data = replay.load_runs(BENCHMARKS / "data" / name)
     for metric, at_most in most.items():
         clean = replay.replay(data, metric, 0.0, 1.0, save_now=True)[0.0]
         assert clean["regressed"] <= at_most and clean["improved"] == 0, (metric, clean)
+
+
+def test_a_host_whose_neighbours_got_busy_since_the_save_false_alarms_nothing(
+        replay: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R73's `mm` (ten 64 x 64 matmuls, 0.17 ms), block 2, saved with no host steal: in one
+    compare run every measurement read 9-28% slower than the save (+16.9% pooled), the
+    compute control 3% slower, the memory control 18%, with 3-9% of the CPU stolen by the
+    hypervisor in each.  Other guests of the host were busy, so the memory control's move is
+    theirs, not its own: the memory reading takes it out past its cap
+    (``readings.stolen_since``), and the run is inconclusive.  With the cap kept, it is the
+    record's one false alarm.  Every clean run of the record made 15% slower is still
+    caught."""
+    from pytest_distperf.verdict import readings
+
+    monkeypatch.setattr(replay, "TOLERANCE", 0.10)
+    data = replay.load_runs(BENCHMARKS / "data" / "r73.json.gz")
+    run = list(replay.compare_runs(data, "mm.time_s"))[6]
+    base = replay.saved_now(run.base, run.saved, run.save_level)[0]
+    measured = replay.measurements(run.measurements, 1.0, 1.0)
+    assert base.measured.steal == 0.0 and readings.stolen_since(base, measured)
+    verdict, used, detail = replay.judge(base, measured)
+    assert (verdict, used) == ("inconclusive", 6), detail
+    assert "the host's memory ran 18% slower" in detail
+    slowed = replay.replay(data, "mm.time_s", 0.0, 1.0, time_change=0.15, save_now=True)
+    assert slowed[0.0]["regressed"] == 10, slowed
+    monkeypatch.setattr(readings, "stolen_since", lambda base, measured: False)
+    assert replay.judge(base, measured)[0] == "regressed"  # the rule before

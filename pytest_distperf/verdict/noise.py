@@ -20,7 +20,9 @@ Three figures per measurement, all read from Linux's ``/proc`` (no torch, no pyt
   neighbour that keeps one of 2 cores busy reads 0.3-0.5.
 
 A measurement is too noisy when other processes took more than ``_OTHER_LOAD_LIMIT`` of
-the machine while it ran; the host steal and the CPU wait are reported with it.
+the machine while it ran; the host steal and the CPU wait are reported with it (the steal
+also says whether the host's neighbours got busy since the save:
+:func:`~pytest_distperf.verdict.readings.stolen_since`).
 
 Where a figure cannot be read (not Linux, no schedstat, a process born during the measurement) it
 is ``None``: unknown, never guessed.

@@ -59,7 +59,8 @@ _CONTROL_ESTIMATOR_QUANTILE = 0.25
 #: The slope of the in-proportion reading, and the least the memory reading takes.
 _BETWEEN_SLOPE = 1.0
 #: The most the memory reading takes: the memory control's change over the compute
-#: control's, clipped, leaves out a memory control that moved alone.
+#: control's, clipped, leaves out a memory control that moved alone.  Not where the host stole
+#: CPU time in every measurement (:func:`stolen_since`).
 _MEMORY_SLOPE_MAX = 1.5
 #: A measurement this much slower than the fastest of its run's others (each relative to its
 #: own control) was slowed by something the noise probe cannot see: a slowdown of the code
@@ -115,13 +116,24 @@ def fitted_slope(sides: Sequence[Sequence[tuple[float, float, Sequence[float]]]]
     return float(np.clip(np.dot(x, y) / np.dot(x, x), *clip))
 
 
-def memory_slope(host_log: float, memory_log: float) -> float:
+def memory_slope(host_log: float, memory_log: float, *, capped: bool = True) -> float:
     """The slope of the memory reading: the memory control's change over the compute
-    control's (both logs), clipped to [``_BETWEEN_SLOPE``, ``_MEMORY_SLOPE_MAX``];
-    ``_BETWEEN_SLOPE`` where the two moved apart or the compute control did not move."""
+    control's (both logs), clipped to [``_BETWEEN_SLOPE``, ``_MEMORY_SLOPE_MAX``] (not
+    ``capped``: not above); ``_BETWEEN_SLOPE`` where the two moved apart or the compute
+    control did not move."""
     if abs(host_log) < 1e-9 or memory_log / host_log <= _BETWEEN_SLOPE:
         return _BETWEEN_SLOPE
-    return min(memory_log / host_log, _MEMORY_SLOPE_MAX)
+    return min(memory_log / host_log, _MEMORY_SLOPE_MAX) if capped else memory_log / host_log
+
+
+def stolen_since(base: StoredMetric, measurements: Sequence[Measured]) -> bool:
+    """Whether the host stole CPU time in every one of ``measurements``, more than in the
+    save's worst measurement (the steal a baseline keeps): other guests of the host were
+    busy since the save, and a memory control slower than the compute one is their traffic,
+    not a move of its own.  False where a steal is unknown."""
+    saved = base.measured.steal
+    return (saved is not None and bool(measurements)
+            and all(m.steal is not None and m.steal > saved for m in measurements))
 
 
 def _host_log(base_points: Sequence[tuple[float, float, Sequence[float]]],
@@ -137,10 +149,10 @@ def read(base: StoredMetric, used: Sequence[Measured], every: Sequence[Measured]
     """The readings of this run's measurements ``used`` (pooled; those of ``every`` its
     verdict rests on) against ``base``, all of them times: at the fitted slope; in
     proportion, where the fit is under 1 and the host moved; at the memory control's slope,
-    where the baseline and every measurement carry the memory control; as measured, where the
-    fitted slope and the host moved.  ``rate``: they are
-    a rate's, as the times it stands for (:func:`~.measurements.as_times`), its change given
-    in its own terms."""
+    where the baseline and every measurement carry the memory control (not capped where
+    :func:`stolen_since` holds for ``every``); as measured, where the fitted slope and the
+    host moved.  ``rate``: they are a rate's, as the times it stands for
+    (:func:`~.measurements.as_times`), its change given in its own terms."""
     fitted = control_slope(base, used)
     base_points = control_points(parts(base.samples))
     cur_points = control_points(parts_of(used))
@@ -167,20 +179,23 @@ def read(base: StoredMetric, used: Sequence[Measured], every: Sequence[Measured]
     if has_memory_control(base, every):
         memory_log = _host_log(control_points(parts(base.samples, memory=True)),
                                control_points(parts_of(used, memory=True)))
-        out.append(reading(*_memory_between(host_log, memory_log, fitted, rate), memory_log))
+        # the cap is for a memory control that moved alone; under steal, neighbours moved it
+        capped = not stolen_since(base, every)
+        out.append(reading(*_memory_between(host_log, memory_log, fitted, rate,
+                                            capped=capped), memory_log))
     if fitted > 0.0 and math.exp(host_log) - 1.0 != 0.0:
         out.append(reading(AS_MEASURED, 0.0, -fitted * host_log, host_log))
     return out
 
 
 def _memory_between(host_log: float, memory_log: float, fitted: float,
-                    rate: bool) -> tuple[str, float, float]:
+                    rate: bool, *, capped: bool = True) -> tuple[str, float, float]:
     """(name, slope, shift of the current side's adjusted logs) of the memory reading: a
-    time's at :func:`memory_slope`; a rate's with the memory control's own change taken
-    out 1:1."""
+    time's at :func:`memory_slope` (``capped``: as it says); a rate's with the memory
+    control's own change taken out 1:1."""
     if rate:
         return MEMORY_IN_PROPORTION, _BETWEEN_SLOPE, memory_log - fitted * host_log
-    slope = memory_slope(host_log, memory_log)
+    slope = memory_slope(host_log, memory_log, capped=capped)
     return MEMORY, slope, (slope - fitted) * host_log
 
 
