@@ -117,11 +117,11 @@ def _without_readings(names: tuple[str, ...], regression: bool,
     return patched
 
 
-def _memory_like_time(host_log: float, memory_log: float, fitted: float,
-                      rate: bool) -> tuple[str, float, float]:
+def _memory_like_time(host_log: float, memory_log: float, fitted: float, rate: bool, *,
+                      capped: bool = True) -> tuple[str, float, float]:
     """``readings._memory_between`` with a bandwidth's memory reading at the ratio of the
     controls' changes, as a time's (not the memory control's change 1:1)."""
-    return _ORIG["_memory_between"](host_log, memory_log, fitted, False)
+    return _ORIG["_memory_between"](host_log, memory_log, fitted, False, capped=capped)
 
 
 def _control_slope(clip: tuple[float, float] = (0.0, 1.0), centre: bool = True,
@@ -227,9 +227,9 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("screen", "the sequential screen (_SCREEN_FRACTION = -inf: always "
            "_CONTROL_MEASUREMENTS measurements for a verdict other than improved)",
            ((rule, "_SCREEN_FRACTION", -INF),)),
-    Switch("screen-at-line", "the screen's own fraction (_SCREEN_FRACTION = "
-           "_DECISION_FRACTION: unchanged as soon as the pooled change is under the line)",
-           ((rule, "_SCREEN_FRACTION", rule._DECISION_FRACTION),), alternative=True),
+    Switch("screen-at-line", "the screen's own fraction (_SCREEN_FRACTION = 1: unchanged "
+           "as soon as the pooled change is under the line, the tolerance)",
+           ((rule, "_SCREEN_FRACTION", 1.0),), alternative=True),
     Switch("mann-whitney", "the Mann-Whitney gate at _ALPHA (_ALPHA = inf)",
            ((rule, "_ALPHA", INF),)),
 )
