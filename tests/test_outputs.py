@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quick_runs import ONE_SAVE, quick_env
+from quick_runs import ONE_SAVE, pytest_here
 
 from pytest_distperf.fixtures.results import record_to_dict
 from pytest_distperf.report import jsonreport
@@ -119,11 +119,9 @@ class Run:
 
 
 def _pytest(folder: Path, *args: str, **env: str) -> str:
-    """Run pytest in ``folder`` (as pytester's runpytest_subprocess does, with variables
-    added to the environment); its output."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=folder, check=False,
-                          capture_output=True, text=True, timeout=600,
-                          env=quick_env(**env), umask=UMASK)
+    """Run pytest in ``folder``, in this process (:func:`quick_runs.pytest_here`), with
+    variables added to the environment; its output."""
+    proc = pytest_here(folder, *args, umask=UMASK, **env)
     return proc.stdout + proc.stderr
 
 
