@@ -10,17 +10,9 @@ import torch  # noqa: F401  (before any in-process run: torch cannot be imported
 from _pytest.pytester import SysModulesSnapshot
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
-from quick_runs import PLUGINS, quick_env
+from quick_runs import PLUGINS, SET, not_under, quick_env
 
 pytest_plugins = ("pytester",)
-
-_SET = ("PYTHONPATH", "PYTEST_PLUGINS", "PYTEST_ADDOPTS")
-
-
-@pytest.fixture(scope="session")
-def run_environment() -> dict[str, str]:
-    """The environment for a pytest run of a module-scoped fixture (:func:`quick_env`)."""
-    return quick_env()
 
 
 @pytest.fixture
@@ -33,13 +25,9 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     imports its own test modules again while torch, imported once, stays."""
     monkeypatch.syspath_prepend(str(PLUGINS))
     env = quick_env()
-    for key in _SET:
+    for key in SET:
         monkeypatch.setenv(key, env[key])
-    root = str(pytester.path.parent.parent)
-
-    def keep(name: str) -> bool:
-        return not (getattr(sys.modules.get(name), "__file__", None) or "").startswith(root)
-
+    keep = not_under(pytester.path.parent.parent)
     monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot",
                         lambda: SysModulesSnapshot(preserve=keep))
     monkeypatch.setattr(pytester, "_sys_modules_snapshot", SysModulesSnapshot(preserve=keep))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quick_runs import ONE_SAVE, quick_env
+from quick_runs import ONE_SAVE, pytest_here, quick_env
 
 from pytest_distperf import verdict as bl
 from pytest_distperf.records import Environment, Measurement, Metric, TestRecord, Verdict
@@ -191,9 +191,7 @@ TWO_TESTS = textwrap.dedent("""
 
 
 def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = quick_env({**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
-    return subprocess.run([sys.executable, "-m", "pytest", *RUN, *args], check=False,
-                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    return pytest_here(folder, *RUN, *args)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +16,7 @@ from xml.etree import ElementTree
 
 import pytest
 import tomli_w
+from quick_runs import pytest_here
 
 from pytest_distperf import verdict as bl
 from pytest_distperf.config import DEFAULT_SAVE_MEASUREMENTS
@@ -574,14 +574,11 @@ def slower(verdict: dict) -> None:
 
 
 @pytest.fixture(scope="module")
-def step_baseline(tmp_path_factory: pytest.TempPathFactory,
-                  run_environment: dict[str, str]) -> str:
+def step_baseline(tmp_path_factory: pytest.TempPathFactory) -> str:
     """STEP_CHANGES saved once for the module's step tests: the baseline file's text."""
     folder = tmp_path_factory.mktemp("step_save")
     (folder / "test_step.py").write_text(STEP_CHANGES)
-    run = subprocess.run([sys.executable, "-m", "pytest", *RUN, *SAVE, *NO_LIMITS, SAME_RANKS],
-                         cwd=folder, env=run_environment, capture_output=True, text=True,
-                         check=False)
+    run = pytest_here(folder, *RUN, *SAVE, *NO_LIMITS, SAME_RANKS)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     return (folder / "perf_baselines" / "test_step.toml").read_text()
 

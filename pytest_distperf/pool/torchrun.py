@@ -4,6 +4,7 @@ results gathered with ``all_gather_object`` (the spawned pool's counterpart,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import traceback
@@ -40,7 +41,9 @@ class TorchrunEngine:
         self.world_size = int(os.environ["WORLD_SIZE"])
         #: this rank's CUDA device (NCCL, or gloo-cuda: local rank mod the GPUs); None: CPU
         self.device_index: int | None = None
-        if not dist.is_initialized():
+        #: whether this engine made the group (then it destroys it in :meth:`close`)
+        self.made_group = not dist.is_initialized()
+        if self.made_group:
             kwargs: dict[str, Any] = {}
             if backend in ("nccl", "gloo-cuda"):
                 self.device_index = (self.local_rank if backend == "nccl"
@@ -114,4 +117,13 @@ class TorchrunEngine:
         return list(self._info)
 
     def close(self) -> None:
-        """torchrun owns the group; it is torn down when the processes exit."""
+        """Destroy the group, subgroups included, where this engine made it (a group the
+        job made before pytest is the job's).  A rank that exits with its gloo group alive
+        can abort in the group's teardown ("terminate called without an active exception"),
+        failing a job whose tests passed; destroyed here, the rank also exits sooner."""
+        import torch.distributed as dist
+
+        if self.made_group and dist.is_initialized():
+            with contextlib.suppress(Exception):  # a peer gone: nothing left to release
+                dist.destroy_process_group()
+        worker.GROUPS.clear()
