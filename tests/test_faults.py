@@ -337,7 +337,8 @@ def test_a_rank_that_never_joins(monkeypatch: pytest.MonkeyPatch) -> None:
             stopped.append(self.pid)
 
     monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start_then_stop)
-    pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=6)
+    # rank 0 is joining within milliseconds of its fork: 3 s are plenty, under load too
+    pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=3)
     with pytest.raises(RankError) as info:
         pool.start()
     text = str(info.value)
