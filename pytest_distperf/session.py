@@ -95,6 +95,13 @@ def _in_torchrun() -> bool:
     return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
+def _hands_out_tests(config: pytest.Config) -> bool:
+    """Whether this process is an xdist controller that hands its tests to workers (xdist's
+    own test: a distribution mode and workers to start): it runs none of them."""
+    return (config.getoption("dist", "no") != "no"
+            and bool(config.getoption("tx", None)))
+
+
 def _xdist_slot() -> tuple[int, int]:
     """(this xdist worker's index, the number of workers); (0, 1) without xdist."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -164,13 +171,15 @@ class DistperfSession:
         self._fresh_ranks_failed = False  # fresh ranks did not start: not tried again
         self.is_reporter = True
         self.is_xdist_worker = hasattr(config, "workerinput")
+        #: an xdist controller runs no test: no ranks, so no fork server for them
+        self.hands_out_tests = not self.is_xdist_worker and _hands_out_tests(config)
         self._environments: dict[int, Environment] = {}
         self._baselines: SessionFiles | None = None
 
     # -- resolution (imports torch) -------------------------------------------------------
     def resolve(self) -> None:
         """Pick world size and backend from the devices present; UsageError when impossible."""
-        if self.mode != "torchrun":
+        if self.mode != "torchrun" and not self.hands_out_tests:
             fork_server()  # its import of torch beside the controller's
         import torch
 

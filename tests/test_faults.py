@@ -337,12 +337,14 @@ def test_a_rank_that_never_joins(monkeypatch: pytest.MonkeyPatch) -> None:
             stopped.append(self.pid)
 
     monkeypatch.setattr(multiprocessing.context.ForkServerProcess, "start", start_then_stop)
-    pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=6)
+    # rank 0 is joining within milliseconds of its fork: 3 s are plenty, under load too
+    pool = RankPool(2, "gloo", timeout_s=60, startup_timeout_s=3)
     with pytest.raises(RankError) as info:
         pool.start()
     text = str(info.value)
     assert text.startswith("the rank pool failed to start")
     assert "rank 1 was busy with: starting the process" in text
+    assert "its process is stopped, by SIGSTOP or a debugger: no Python stack" in text
     assert "rank 0 was busy with: joining the rendezvous" in text
     assert not pool.alive and pool.folder is None
     assert wait_gone(stopped) == []

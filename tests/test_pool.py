@@ -756,9 +756,26 @@ def _report(nccl_group, name):
     with open(os.path.join(os.environ["DISTPERF_TEST_OUT"], name), "w") as f:
         f.write(os.environ["PYTEST_XDIST_WORKER"] + " " + " ".join(map(str, pids)))
 
+def _fork_servers_started_by(pid):
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if parent == pid and "forkserver" in command:
+            found.append(int(entry))
+    return found
+
 def test_a(nccl_group):
     _report(nccl_group, "a")
     assert nccl_group.run(lambda: dist.get_world_size()) == [2, 2]
+    # the controller runs no test: it started no fork server for ranks; this worker did
+    assert _fork_servers_started_by(os.getppid()) == []
+    assert len(_fork_servers_started_by(os.getpid())) == 1
 
 def test_b(nccl_group):
     _report(nccl_group, "b")
