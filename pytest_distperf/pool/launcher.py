@@ -269,7 +269,8 @@ class RankPool:
         # what runs below the ranks now (it is reparented when they end)
         below = leftovers.started_by(leftovers.ranks_of(self._tmp)) if self._tmp else {}
         for rank in busy:
-            self._procs[rank].kill()
+            if rank < len(self._procs):  # a pool that never started has none
+                self._procs[rank].kill()
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.send_bytes(cloudpickle.dumps(("stop",)))
