@@ -1,9 +1,8 @@
 """For the tests that start pytest themselves (not through pytester): the environment that
-loads tests/pytester_plugins/distperf_no_pauses.py and distperf_quick_end.py into the run,
-as the root conftest's pytester fixture does, and the option that makes a save keep one
-measurement of each timing (tests/pytester_plugins/distperf_one_save.py), for saves whose
-timings no test compares; and :func:`pytest_here`, a pytest run in a folder of one's own, in
-this process."""
+loads tests/pytester_plugins/distperf_no_pauses.py into the run, as the root conftest's
+pytester fixture does, and the option that makes a save keep one measurement of each timing
+(tests/pytester_plugins/distperf_one_save.py), for saves whose timings no test compares; and
+:func:`pytest_here`, a pytest run in a folder of one's own, in this process."""
 
 from __future__ import annotations
 
@@ -23,12 +22,11 @@ SET = ("PYTHONPATH", "PYTEST_PLUGINS", "PYTEST_ADDOPTS")
 
 def quick_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
     """``base`` (os.environ by default) and ``extra``, with the plugins' folder on
-    PYTHONPATH, the no-pauses and quick-end plugins loaded, the unused plugins off and gloo's
-    CPU ranks."""
+    PYTHONPATH, the no-pauses plugin loaded, the unused plugins off and gloo's CPU ranks."""
     env = dict(os.environ if base is None else base)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PLUGINS), path)))
-    env["PYTEST_PLUGINS"] = "distperf_no_pauses,distperf_quick_end"
+    env["PYTEST_PLUGINS"] = "distperf_no_pauses"
     # gloo unless a test asks for another backend: on a machine with fewer GPUs than a run's
     # --gpus, auto is a usage error, and the suite's runs are CPU runs
     env["PYTEST_ADDOPTS"] = " ".join([*(f"-p no:{name}" for name in UNUSED),

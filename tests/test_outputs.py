@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quick_runs import ONE_SAVE, pytest_here, quick_env
+from quick_runs import ONE_SAVE, pytest_here
 
 from pytest_distperf.fixtures.results import record_to_dict
 from pytest_distperf.report import jsonreport
@@ -574,7 +574,7 @@ def test_under_torchrun_only_rank_zero_writes_the_outputs(tmp_path: Path) -> Non
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "--tee", "3", "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "-rA", *args],
         check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-        env=quick_env(OMP_NUM_THREADS="1", GITHUB_STEP_SUMMARY=str(summary)))
+        env=dict(os.environ, OMP_NUM_THREADS="1", GITHUB_STEP_SUMMARY=str(summary)))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     assert output.count("3 passed") == 2, output  # both ranks ran the suite
