@@ -65,6 +65,8 @@ DATA = Path(__file__).resolve().parent / "data"
 BUSBW = "all_reduce.4MiB.busbw_gbps"
 TOLERANCE = replay.TOLERANCE
 
+#: verdict_quality.py --kind micro: 0.13 ms of Python, a 64x64 matmul, a 64 KiB all-reduce
+MICRO = ("py.time_s", "mm.time_s", "ar.time_s")
 #: (file, its metrics): a recording of ddp_verdicts.py holds the step and its compute.
 RECORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("r42", ("matmul.time_s",)),
@@ -75,6 +77,11 @@ RECORDINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("r61", (BUSBW,)),
     ("r69", (BUSBW,)),
     ("r59", ("step_time_s", "compute_time_s")),
+    ("r72", MICRO),
+    ("r73", MICRO),
+    ("r74", MICRO),
+    ("r75", MICRO),
+    ("r76", MICRO),
 )
 
 
@@ -185,6 +192,9 @@ SWITCHES: tuple[Switch, ...] = (
            ((rule, "_controlled_assessments", _without_readings(_BETWEEN, False, True)),)),
     Switch("slope-error", "the slope-error floor (_SLOPE_ERROR = 0)",
            ((rule, "_SLOPE_ERROR", 0.0),)),
+    Switch("memory-alone", "the memory control's own move as a floor (a change within how "
+           "much more than the compute control it slowed is inconclusive)",
+           ((rule, "memory_alone", _always(0.0)),)),
     # the fit
     Switch("slope-clip", "the clipping of the fitted slope to [0, 1]",
            ((readings, "control_slope", _control_slope(clip=(-INF, INF))),)),
@@ -314,10 +324,10 @@ def replay_one(switch: Switch, mode: str, name: str, scenario: Scenario
                                                       list(range(len(run.saved))),
                                                       run.save_level)
                 base = rebuilt[key]
-            # the lead metric's order for every metric: a step and its compute come from
-            # the same measurements
+            # a DDP step's order for its compute too: they come from the same measurements
             here = pool[(run.block, run.extra)]
-            order = _order(lead, first_pool[(lead.block, lead.extra)])
+            order = (_order(lead, first_pool[(lead.block, lead.extra)])
+                     if metric in replay.DDP_KEYS else _order(run, here))
             chosen = [here[i] for i in order]
             assert chosen[: len(run.measurements)] == run.measurements
             measured = replay.measurements(

@@ -43,6 +43,18 @@ RECORDINGS = (
     ("r72", "py.time_s", "micro: 0.13 ms of Python, busy neighbours"),
     ("r72", "mm.time_s", "micro: a 64x64 matmul loop, busy neighbours"),
     ("r72", "ar.time_s", "micro: a 64 KiB gloo all-reduce, busy neighbours"),
+    ("r73", "py.time_s", "micro, the quiet VM: Python"),
+    ("r73", "mm.time_s", "micro, the quiet VM: the matmul loop"),
+    ("r73", "ar.time_s", "micro, the quiet VM: the all-reduce"),
+    ("r74", "py.time_s", "micro, the quiet VM again: Python"),
+    ("r74", "mm.time_s", "micro, the quiet VM again: the matmul loop"),
+    ("r74", "ar.time_s", "micro, the quiet VM again: the all-reduce"),
+    ("r75", "py.time_s", "micro, the quiet VM a third time: Python"),
+    ("r75", "mm.time_s", "micro, the quiet VM a third time: the matmul loop"),
+    ("r75", "ar.time_s", "micro, the quiet VM a third time: the all-reduce"),
+    ("r76", "py.time_s", "micro, the quiet VM a fourth time: Python"),
+    ("r76", "mm.time_s", "micro, the quiet VM a fourth time: the matmul loop"),
+    ("r76", "ar.time_s", "micro, the quiet VM a fourth time: the all-reduce"),
 )
 CHANGES = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.35, 0.50)
 

@@ -1435,6 +1435,24 @@ def test_sentence_9_a_change_within_what_the_slope_could_leave(worse: float, hos
     assert rule._beyond_host(a, host) is beyond
 
 
+@pytest.mark.parametrize(("worse", "compute", "memory", "name", "beyond"), [
+    (0.148, -0.03, 0.16, readings.MEMORY, False),  # R74: 19.6% slower than the compute one
+    (0.25, -0.03, 0.16, readings.MEMORY, True),  # past its own move
+    (0.148, 0.16, 0.16, readings.MEMORY, True),  # the two moved together: no own move
+    (0.148, -0.03, 0.16, readings.MEMORY_IN_PROPORTION, True),  # a rate's reading takes it
+])
+def test_sentence_9_a_regression_within_the_memory_controls_own_move(
+        worse: float, compute: float, memory: float, name: str, beyond: bool) -> None:
+    def reading(name: str, host: float) -> readings.Reading:
+        return readings.Reading(name=name, change=worse, worse=worse, slope=1.0,
+                                host_change=host, p_worse=0.5, p_better=0.5)
+
+    a = rule.Assessment(baseline=1.0, current=1.0, change=worse, worse=worse,
+                        worse_like=True, better_like=False,
+                        readings=(reading(readings.FITTED, compute), reading(name, memory)))
+    assert rule._beyond_memory(a) is beyond
+
+
 @pytest.mark.parametrize(("factors", "borne_out"), [
     ((0.7,), False),  # one measurement: never
     ((0.7, 0.7), True), ((1.0, 0.7), True),  # the last one better on its own

@@ -40,6 +40,7 @@ from pytest_distperf.verdict.readings import (
     MEMORY,
     MEMORY_IN_PROPORTION,
     Reading,
+    memory_alone,
     outlier_limit,
 )
 from pytest_distperf.verdict.store import TIME_UNITS, StoredMetric
@@ -157,6 +158,15 @@ def host_hides(a: Assessment, base: StoredMetric, slope_error: float) -> str:
                    f"({pct(a.change)}); rerun on a quieter runner or re-save",
                    _readings(a), f"{pct(a.change)} is within {slope_error:g} x the host's "
                    "change, what an error in the fitted slope could leave", _noisy(a))
+
+
+def memory_hides(a: Assessment, base: StoredMetric) -> str:
+    """A regression within the memory control's own move since the save."""
+    return _detail(f"inconclusive: {_host(a)}, enough to hide a change this size "
+                   f"({pct(a.change)}); rerun on a quieter runner or re-save", _readings(a),
+                   f"{pct(a.change)} is within the memory control's own move since the save "
+                   f"({pct(memory_alone(a.readings))} beyond the host-speed control's), of "
+                   "which this metric may follow any part", _noisy(a))
 
 
 def readings_disagree(a: Assessment, base: StoredMetric) -> str:

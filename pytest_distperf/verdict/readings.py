@@ -136,6 +136,16 @@ def stolen_since(base: StoredMetric, measurements: Sequence[Measured]) -> bool:
             and all(m.steal is not None and m.steal > saved for m in measurements))
 
 
+def memory_alone(readings: Sequence[Reading]) -> float:
+    """How much slower than the compute control the memory control ran since the save
+    (relative; negative: faster), from a time's readings (the fitted one first); 0 without
+    a time's memory reading (a rate's takes the memory control's change out itself)."""
+    memory = next((r for r in readings if r.name == MEMORY), None)
+    if memory is None:
+        return 0.0
+    return (1.0 + memory.host_change) / (1.0 + readings[0].host_change) - 1.0
+
+
 def _host_log(base_points: Sequence[tuple[float, float, Sequence[float]]],
               cur_points: Sequence[tuple[float, float, Sequence[float]]]) -> float:
     """log of how much slower a control ran now than at the save (the medians of the

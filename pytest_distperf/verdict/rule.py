@@ -43,6 +43,7 @@ from pytest_distperf.verdict.readings import (
     Reading,
     change_told,
     detectable_change,
+    memory_alone,
     read,
     without_outliers,
 )
@@ -245,6 +246,8 @@ def decide_controlled(base: StoredMetric, measurements: Sequence[Measured],
                             explain.only_adjusted(regression, base, raw), False)
         return Decision(INCONCLUSIVE, regression,
                         explain.readings_disagree(regression, base), False)
+    if not _beyond_memory(regression):
+        return Decision(INCONCLUSIVE, regression, explain.memory_hides(regression, base), False)
     if _significant(regression.p_worse) and regression.noisy:
         return Decision(INCONCLUSIVE, regression, explain.noisy_only(regression, base), False)
     if _significant(regression.p_worse):
@@ -314,6 +317,13 @@ def _beyond_host(a: Assessment, host: float) -> bool:
     """Sentence 9: the change is past what an error in the fitted slope could leave of the
     host's change since the save."""
     return abs(a.worse) >= _SLOPE_ERROR * host
+
+
+def _beyond_memory(a: Assessment) -> bool:
+    """Sentence 9: a time's regression is past the memory control's own move since the save
+    (how much more than the compute control it slowed): how much of that a metric follows is
+    not known."""
+    return a.worse > memory_alone(a.readings)
 
 
 def _borne_out(base: StoredMetric, measurements: Sequence[Measured], tolerance: float) -> bool:
