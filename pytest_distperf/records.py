@@ -190,6 +190,7 @@ class Measured:
     wait: float | None = None
     other_load: float | None = None
     held: float | None = None  # share of the time a GPU was held below its clocks (NVML)
+    sm_clock_mhz: int | None = None  # the lowest SM clock of the ranks' GPUs (NVML)
 
     @staticmethod
     def upgrade_dict(data: dict[str, Any]) -> dict[str, Any]:
