@@ -190,6 +190,7 @@ class Measured:
     wait: float | None = None
     other_load: float | None = None
     held: float | None = None  # share of the time a GPU was held below its clocks (NVML)
+    sm_clock_mhz: int | None = None  # the lowest SM clock of the ranks' GPUs (NVML)
 
     @staticmethod
     def upgrade_dict(data: dict[str, Any]) -> dict[str, Any]:
@@ -468,6 +469,9 @@ class RankStep:
     mesh_comm: tuple[DimComm, ...] = ()
     counted_step_s: float = 0.0
     calibration_s: tuple[float, ...] = ()  # batch_shares="auto": its no-sync calibration steps
+    #: on a GPU, the sites that held the most device memory at the counted step's peak
+    #: (``model.py:88:forward``, bytes), the largest first (:mod:`.common.peaksites`)
+    peak_sites: tuple[tuple[str, int], ...] = ()
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the
     #: timed ones, where the collectives are counted; b"" when not counted
     census: bytes = dataclasses.field(default=b"", repr=False,

@@ -50,6 +50,7 @@ from pytest_distperf.verdict.environment import environment_of, save_warnings, w
 from pytest_distperf.verdict.thresholds import check_thresholds
 
 if TYPE_CHECKING:  # the verdict's rule and store need numpy: imported where they are used
+    from pytest_distperf.doctor.nvml import Clocks
     from pytest_distperf.verdict.judgement import Remeasured
     from pytest_distperf.verdict.store import BaselineFile, SessionFiles
 
@@ -295,23 +296,25 @@ class DistperfSession:
             return []
         return list(engine.pids())
 
-    def _held_ns(self) -> tuple[int, ...] | None:
-        """The counters of the time this host's GPUs of the ranks were held below their
-        clocks (NVML), for the noise probe; None on CPU ranks or where NVML cannot tell."""
+    def _gpu_clocks(self) -> Clocks | None:
+        """How long this host's GPUs of the ranks were held below their clocks, and their SM
+        clocks (NVML), for the noise probe; None on CPU ranks."""
         engine = self._engine
         if self.device_type != "cuda" or engine is None or not getattr(engine, "alive", True):
             return None
-        from pytest_distperf.doctor.nvml import held_ns
+        from pytest_distperf.doctor.nvml import clocks
 
         host = socket.gethostname()
         gpus = sorted({(int(info["device_index"]), str(info.get("uuid", "")))
                        for info in engine.rank_info()
                        if info.get("device_index", -1) >= 0 and info.get("hostname") == host})
-        return held_ns(gpus) if gpus else None
+        return clocks(gpus) if gpus else None
 
     def noise_snapshot(self) -> noise.Snapshot:
+        gpu = self._gpu_clocks()
         return noise.snapshot(self._measured_pids(), local_ranks=self.mode == "torchrun",
-                              held_ns=self._held_ns())
+                              held_ns=None if gpu is None else gpu.held_ns,
+                              sm_clock_mhz=None if gpu is None else gpu.sm_clock_mhz)
 
     def noise_since(self, start: noise.Snapshot) -> noise.NoiseFigures:
         return noise.between(start, self.noise_snapshot())

@@ -34,7 +34,7 @@ from pytest_distperf.records import (
 from pytest_distperf.report import terminal as report
 from pytest_distperf.verdict import judgement as jm
 from pytest_distperf.verdict import readings, rule, stats
-from pytest_distperf.verdict.measurements import figures, measured_of, noise_of
+from pytest_distperf.verdict.measurements import figures, measured_of, noise_of, pooled
 from pytest_distperf.verdict.noise import NoiseFigures, Snapshot, between
 
 if sys.version_info >= (3, 11):
@@ -1540,6 +1540,29 @@ def test_a_gpu_held_below_its_clocks_makes_a_measurement_noisy() -> None:
     m = measured_of(Metric("x", 1.0, "s", False, (1.0,) * 5), seen)
     assert m.held == pytest.approx(0.15) and noise_of(m) is not None
     assert noise_of(m).too_noisy() == seen.too_noisy()  # type: ignore[union-attr]
+
+
+def test_the_sm_clock_is_the_lowest_read_at_either_end_and_shown_not_judged() -> None:
+    """The lowest SM clock NVML read of any GPU of the ranks, at the start or the end of the
+    measurement: kept with it and shown with the noise figures; the violation counters, not
+    the clock, decide whether it was held down (a power-capped clock is a steady state)."""
+    start = Snapshot(10.0, (), (), held_ns=(0, 0), sm_clock_mhz=(1980, 1605))
+    seen = between(start, Snapshot(12.0, (), (), held_ns=(0, 0), sm_clock_mhz=(1560, 1980)))
+    assert seen.sm_clock_mhz == 1560 and seen.too_noisy() == []
+    assert seen.describe().endswith("GPU held 0.0%, SM clock 1560 MHz")
+    # read at one end only (the pool started within the measurement): that end's
+    assert between(Snapshot(10.0, (), ()),
+                   Snapshot(12.0, (), (), sm_clock_mhz=(1700,))).sm_clock_mhz == 1700
+    assert between(Snapshot(10.0, (), ()), Snapshot(12.0, (), ())).sm_clock_mhz is None
+    assert "SM clock" not in between(Snapshot(10.0, (), ()), Snapshot(12.0, (), ())).describe()
+    # kept with the measurement; a pooled measurement keeps the lowest of its parts
+    m = measured_of(Metric("x", 1.0, "s", False, (1.0,) * 5), seen)
+    assert m.sm_clock_mhz == 1560 and noise_of(m) == dataclasses.replace(seen, seconds=0.0)
+    other = measured_of(Metric("x", 1.0, "s", False, (1.0,) * 5),
+                        NoiseFigures(1.0, 0.0, 0.0, 0.0, 0.0, 1410))
+    assert pooled([m, other]).sm_clock_mhz == 1410
+    assert pooled([m, measured_of(Metric("x", 1.0, "s", False, (1.0,) * 5), None)]
+                  ).sm_clock_mhz == 1560
 
 
 def test_other_load_is_the_machine_busy_time_the_measured_processes_did_not_use(

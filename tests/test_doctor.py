@@ -486,17 +486,24 @@ def test_the_quick_check_on_gloo_ranks_reports_a_busy_neighbour(
     assert section["errors"] == [] and section["gpus"] == []
 
 
-def _violations(per_gpu: dict[str, dict[int, int]], broken: bool = False) -> Any:
-    """An NVML module whose violation counters are ``per_gpu``: uuid -> policy -> ns."""
+def _violations(per_gpu: dict[str, dict[int, int]], broken: bool = False,
+                sm_mhz: dict[str, int] | None = None) -> Any:
+    """An NVML module whose violation counters are ``per_gpu`` (uuid -> policy -> ns) and
+    whose SM clocks are ``sm_mhz`` (uuid -> MHz; None: no clock to read)."""
     def status(handle: str, policy: int) -> Any:
         if broken:
             raise _NVMLError("Not Supported")
         return types.SimpleNamespace(referenceTime=0, violationTime=per_gpu[handle][policy])
 
+    def clock(handle: str, which: int) -> int:
+        if sm_mhz is None or which != 1:
+            raise _NVMLError("Not Supported")
+        return sm_mhz[handle]
+
     return types.SimpleNamespace(
         NVMLError=_NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
-        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
-        nvmlDeviceGetViolationStatus=status)
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid, NVML_CLOCK_SM=1,
+        nvmlDeviceGetViolationStatus=status, nvmlDeviceGetClockInfo=clock)
 
 
 def test_held_counts_heat_and_the_boards_limits_not_the_power_cap(
@@ -505,8 +512,22 @@ def test_held_counts_heat_and_the_boards_limits_not_the_power_cap(
     its reliability limit (5); a power cap (0), a GPU's steady state under load, is not."""
     counters = {"GPU-a": {0: 9_000, 1: 100, 3: 20, 5: 3}, "GPU-b": {0: 0, 1: 0, 3: 0, 5: 0}}
     monkeypatch.setitem(sys.modules, "pynvml", _violations(counters))
-    assert nvml.held_ns([(0, "GPU-a"), (1, "GPU-b")]) == (123, 0)
+    assert nvml.clocks([(0, "GPU-a"), (1, "GPU-b")]).held_ns == (123, 0)
     monkeypatch.setitem(sys.modules, "pynvml", _violations(counters, broken=True))
-    assert nvml.held_ns([(0, "GPU-a")]) is None  # not counted on this device: unknown
+    assert nvml.clocks([(0, "GPU-a")]).held_ns is None  # not counted on this device: unknown
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert nvml.held_ns([(0, "GPU-a")]) is None
+    assert nvml.clocks([(0, "GPU-a")]) == nvml.Clocks(None, None)
+
+
+def test_the_sm_clocks_are_read_with_the_counters_each_unknown_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each GPU's SM clock (NVML_CLOCK_SM, MHz) comes in the same NVML session as its
+    counters; a device that reads one and not the other keeps the one."""
+    counters = {"GPU-a": {0: 0, 1: 0, 3: 0, 5: 0}, "GPU-b": {0: 0, 1: 7, 3: 0, 5: 0}}
+    clocks = {"GPU-a": 1980, "GPU-b": 1560}
+    monkeypatch.setitem(sys.modules, "pynvml", _violations(counters, sm_mhz=clocks))
+    assert nvml.clocks([(0, "GPU-a"), (1, "GPU-b")]) == nvml.Clocks((0, 7), (1980, 1560))
+    monkeypatch.setitem(sys.modules, "pynvml", _violations(counters, broken=True, sm_mhz=clocks))
+    assert nvml.clocks([(1, "GPU-b")]) == nvml.Clocks(None, (1560,))
+    monkeypatch.setitem(sys.modules, "pynvml", _violations(counters))
+    assert nvml.clocks([(1, "GPU-b")]) == nvml.Clocks((7,), None)

@@ -178,6 +178,20 @@ def test_version_2_errors_name_the_line(tmp_path: Path) -> None:
         bl.load(path)
 
 
+def test_the_gpu_noise_figures_round_trip(tmp_path: Path) -> None:
+    """A GPU measurement's held share and SM clock are kept in ``noise``, the clock as the
+    whole MHz NVML read."""
+    path = tmp_path / "test_x.toml"
+    measured = bl.Measured(TIMES[3], bl.Samples(TIMES), 0.0, 0.1, 0.02, 0.0, 1560)
+    bl.save_test(path, "m.py", "t", [bl.SaveEntry(CPU, {
+        "w.time_s": bl.StoredMetric("s", False, measured)})], saved_at=STAMP)
+    assert "gpu_held = 0.0, gpu_sm_clock_mhz = 1560}" in path.read_text()
+    file = bl.load(path)
+    assert file is not None
+    stored = file.metrics("t", bl.environment_id(CPU))
+    assert stored is not None and stored["w.time_s"].measured.sm_clock_mhz == 1560
+
+
 @pytest.mark.parametrize("test", ['test_a["quoted"]', "test_b[a\\b]", "test_c[é\t\x7f]",
                                   "TestD::test_e[1-2]"])
 def test_odd_test_names_round_trip(tmp_path: Path, test: str) -> None:

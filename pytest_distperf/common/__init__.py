@@ -15,6 +15,8 @@ room may import it, the rank processes included.
   trains on, which rank counts for its group;
 * :mod:`~pytest_distperf.common.names`: canonical collective and dtype names, as profilers
   and the dispatcher spell them;
+* :mod:`~pytest_distperf.common.peaksites`: the blocks live at an allocator snapshot's peak,
+  by the code that allocated them, and what grew between two such lists;
 * :mod:`~pytest_distperf.common.plaindata`: ``to_dict``/``from_dict``, a record tree as JSON-ready
   data and back (:mod:`pytest_distperf.records` re-exports them).
 """

@@ -158,26 +158,51 @@ def read(index: int, uuid: str, own_pids: Sequence[int], ranks_here: int = 1
 HELD_POLICIES = (1, 3, 5)
 
 
-def held_ns(gpus: Sequence[tuple[int, str]]) -> tuple[int, ...] | None:
-    """Per GPU (its index and CUDA uuid, "GPU-..."), the nanoseconds it has been held below
-    its clocks (:data:`HELD_POLICIES`) since its driver loaded; None where NVML cannot tell."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Clocks:
+    """Per GPU of the ranks, in their order: the ns it has been held below its clocks
+    (:data:`HELD_POLICIES`) since its driver loaded, and its SM clock now (MHz); either None
+    where NVML cannot tell."""
+
+    held_ns: tuple[int, ...] | None
+    sm_clock_mhz: tuple[int, ...] | None
+
+
+def clocks(gpus: Sequence[tuple[int, str]]) -> Clocks:
+    """:class:`Clocks` of the GPUs ``gpus`` (each its index and CUDA uuid, "GPU-..."), in one
+    NVML session: the noise probe reads them at both ends of every measurement."""
     try:
         import pynvml
     except ImportError:
-        return None
+        return Clocks(None, None)
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return None
+        return Clocks(None, None)
     try:
-        return tuple(sum(int(pynvml.nvmlDeviceGetViolationStatus(
-            _handle(pynvml, index, uuid), policy).violationTime) for policy in HELD_POLICIES)
-            for index, uuid in gpus)
-    except (pynvml.NVMLError, AttributeError, TypeError):
-        return None  # not counted on this device or driver
+        handles = [_handle(pynvml, index, uuid) for index, uuid in gpus]
+
+        def held(h: Any) -> int:
+            return sum(int(pynvml.nvmlDeviceGetViolationStatus(h, policy).violationTime)
+                       for policy in HELD_POLICIES)
+
+        def sm_clock(h: Any) -> int:
+            return int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+
+        return Clocks(_each(pynvml, handles, held), _each(pynvml, handles, sm_clock))
+    except pynvml.NVMLError:
+        return Clocks(None, None)  # a GPU NVML does not know
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
+
+
+def _each(nv: Any, handles: Sequence[Any], read_one: Callable[[Any], int]
+          ) -> tuple[int, ...] | None:
+    try:
+        return tuple(read_one(h) for h in handles)
+    except (nv.NVMLError, AttributeError, TypeError):
+        return None  # not counted on this device or driver
 
 
 def _handle(nv: Any, index: int, uuid: str) -> Any:

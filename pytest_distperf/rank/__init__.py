@@ -12,8 +12,8 @@ controller sends them work through the pool (:mod:`pytest_distperf.pool`) and ge
 * :mod:`~pytest_distperf.rank.clock`: the rank's device (``use_device``, ``rank_device``), the
   one clock (CUDA events or ``perf_counter``) and the barrier-aligned timing loop with its
   host-speed control;
-* :mod:`~pytest_distperf.rank.memory`: the peak memory a step reports, and what an
-  out-of-memory error says;
+* :mod:`~pytest_distperf.rank.memory`: the peak memory a step reports, what held it on a
+  GPU, and what an out-of-memory error says;
 * :mod:`~pytest_distperf.rank.collectives`: the rank half of ``bench`` and ``bench_pairs``;
 * :mod:`~pytest_distperf.rank.ddp`: build, wrap and time training steps;
 * :mod:`~pytest_distperf.rank.inputs`: what a step is fed: its batch, the loss's target, the

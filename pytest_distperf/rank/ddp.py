@@ -28,10 +28,17 @@ from typing import Any
 
 from pytest_distperf.common.intervals import union_length
 from pytest_distperf.common.layout import Layout, data_index
+from pytest_distperf.common.peaksites import Site
 from pytest_distperf.common.shares import AUTO
 from pytest_distperf.rank.clock import Clock, HostControls, rank_device
 from pytest_distperf.rank.inputs import default_loss, prepare_batch, takes_module, target_of
-from pytest_distperf.rank.memory import memory_figures, note_model, release_cached, rss_bytes
+from pytest_distperf.rank.memory import (
+    memory_figures,
+    note_model,
+    recording_peak_sites,
+    release_cached,
+    rss_bytes,
+)
 from pytest_distperf.rank.phase import set_phase
 from pytest_distperf.rank.shares import CALIBRATION_STEPS, Feed, calibrate
 from pytest_distperf.records import PROFILED_REGION, CommCall, DimComm, RankStep
@@ -309,7 +316,7 @@ def _timed_step(built: Built, sync: bool, k: int,
     return phases, buckets
 
 
-def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
+def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float, tuple[Site, ...]]:
     """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
     with shapes: every collective and its message size; on a GPU its kernels too), inside
     the region annotation the trace analysis counts in, and under
@@ -317,8 +324,9 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
     optimizer); with a mesh, under a dispatch mode that counts the collectives by mesh
     dimension too; compiled code runs eagerly in it (the counters cannot follow it).  The
     trace, compressed, the FLOPs (0 where they could not be counted),
-    the counts by dimension and the step's seconds (under all of that: only the blocked
-    share of its collectives is read against it)."""
+    the counts by dimension, the step's seconds (under all of that: only the blocked
+    share of its collectives is read against it) and, on a GPU, what held its peak of
+    device memory (:func:`~pytest_distperf.rank.memory.recording_peak_sites`)."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
@@ -340,7 +348,7 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
     with eager(), profile(activities=activities, record_shapes=True) as prof:
         start = time.perf_counter()
         with (record_function(PROFILED_REGION), counter,
-              by_dim or contextlib.nullcontext()):
+              by_dim or contextlib.nullcontext(), recording_peak_sites(built.clock) as sites):
             built.train_step()
         # outside the counted region: the step's own host syncs are what it counts
         built.clock.synchronize()
@@ -349,7 +357,8 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
         flops = int(counter.get_total_flops())
     except Exception:  # a model the counter cannot follow: the FLOPs stay unknown
         flops = 0
-    return exported(prof), flops, by_dim.result() if by_dim is not None else (), seconds
+    return (exported(prof), flops, by_dim.result() if by_dim is not None else (), seconds,
+            tuple(sites))
 
 
 def _measure(spec: StepSpec) -> RankStep:
@@ -376,8 +385,8 @@ def _measure(spec: StepSpec) -> RankStep:
     if not built.clock.on_cuda:
         peak_rss = max(peak_rss, timed.peak_rss, rss_bytes())
     peak, capacity, source = memory_figures(built.clock, peak_rss, world)
-    census, flops, mesh_comm, counted_s = (_census(built) if spec.count_collectives
-                                           else (b"", 0, (), 0.0))
+    census, flops, mesh_comm, counted_s, sites = (_census(built) if spec.count_collectives
+                                                  else (b"", 0, (), 0.0, ()))
     phases = timed.phases
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),
@@ -388,7 +397,7 @@ def _measure(spec: StepSpec) -> RankStep:
         buckets=max(timed.buckets) if timed.buckets else None, census=census,
         control_s=tuple(timed.control_s), memory_control_s=tuple(timed.memory_control_s),
         flops=flops, mesh_comm=mesh_comm, counted_step_s=counted_s, calibration_s=calibration,
-        host_control_s=tuple(host_control))
+        host_control_s=tuple(host_control), peak_sites=sites)
 
 
 Phases = tuple[float, float, float, float]  # forward, backward, optimizer, whole step

@@ -1,8 +1,10 @@
-"""A rank's memory: the peak a timed step reports, and what an out-of-memory error says
-(torch, inside functions).
+"""A rank's memory: the peak a timed step reports, what held it, and what an out-of-memory
+error says (torch, inside functions).
 
 Peak: the CUDA caching allocator's on GPU, the largest resident set size seen after a step
-on CPU.  An out-of-memory error (``torch.OutOfMemoryError``) is reported with its cause
+on CPU.  What held it (:func:`recording_peak_sites`, GPU only): the allocator's history over
+one step, read by :func:`~pytest_distperf.common.peaksites.sites_at_peak`.
+An out-of-memory error (``torch.OutOfMemoryError``) is reported with its cause
 first: the allocation it asked for, the device's free and peak memory, and the parameters
 of the model the call built (:func:`note_model`); then the rank frees what the failed call
 held (:func:`release_cached`) and serves the next call.
@@ -14,8 +16,11 @@ import contextlib
 import gc
 import os
 import re
+import sysconfig
+from collections.abc import Iterator
 from typing import Any
 
+from pytest_distperf.common.peaksites import Site, sites_at_peak
 from pytest_distperf.rank.clock import Clock
 
 #: torch's words for the allocation that failed (``Tried to allocate 2.00 GiB``).
@@ -37,6 +42,46 @@ def memory_figures(clock: Clock, peak_rss: int, world: int) -> tuple[int, int, s
         capacity = int(torch.cuda.get_device_properties(clock.device).total_memory)
         return peak, capacity, "cuda_max_allocated"
     return peak_rss, _host_memory_share(world), "rss"
+
+
+@contextlib.contextmanager
+def recording_peak_sites(clock: Clock) -> Iterator[list[Site]]:
+    """Record the CUDA allocator's history over the ``with`` body; the list it gives holds,
+    after it, the sites that held the most memory at the body's peak (none on CPU, or where
+    the snapshot API fails: what held the peak is a hint, never a reason to fail a step)."""
+    import torch
+
+    sites: list[Site] = []
+    if not (clock.on_cuda and torch.cuda.is_available()):
+        yield sites
+        return
+    memory = torch.cuda.memory
+    try:
+        memory._record_memory_history("all", context="alloc", stacks="python",
+                                      clear_history=True)
+    except Exception:  # an allocator without history (another backend, an old torch)
+        yield sites
+        return
+    try:
+        yield sites
+        try:
+            sites.extend(_sites(memory._snapshot(), clock))
+        except Exception:  # a snapshot torch could not take or we could not read: no sites
+            sites.clear()
+    finally:
+        with contextlib.suppress(Exception):
+            memory._record_memory_history(None)
+
+
+def _sites(snapshot: Any, clock: Clock) -> tuple[Site, ...]:
+    import torch
+
+    index = clock.device.index
+    # the user's line is the first frame outside torch, this plugin and the standard library
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
+            sysconfig.get_paths()["stdlib"])
+    return sites_at_peak(snapshot, torch.cuda.current_device() if index is None else index,
+                         skip)
 
 
 def rss_bytes() -> int:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pytest_distperf.common.peaksites import grew
 from pytest_distperf.config import format_bytes
 from pytest_distperf.records import (
     EXACT,
@@ -318,6 +319,8 @@ _MESH = re.compile(r"(?:^|\.)mesh\.(?P<dim>\w+)$")
 _THEORY = "pipeline.bubble_theory"
 _DEVICE = re.compile(r"(?:^|\.)(?:device\.(?P<what>launches|graph_launches|syncs|h2d_bytes|"
                      r"d2h_bytes)(?:\.(?P<op>.+))?|(?P<peak>peak_memory_bytes))$")
+#: What one site held at the peak of device memory (``peak_memory_bytes.at.<site>``).
+_PEAK_SITE = re.compile(r"(?:^|\.)peak_memory_bytes\.at\.(?P<site>.+)$")
 #: The device figures' words in an explanation, and whether they are bytes.
 _DEVICE_WORDS = {"launches": ("kernel launches/step", False),
                  "graph_launches": ("CUDA graph launches/step", False),
@@ -350,8 +353,8 @@ def explain(verdicts: Sequence[Verdict], labels: Mapping[str, str],
 
 def _describe(v: Verdict, others: Sequence[Verdict], tolerance: float) -> list[str]:
     layout = setup_changes(others)  # then the counts moved with it: no guess at a cause
-    if _DEVICE.search(v.metric):
-        return layout + device_changes(others)
+    if match := _DEVICE.search(v.metric):
+        return layout + (peak_growth(v, others) if match["peak"] else []) + device_changes(others)
     if v.kind == EXACT:
         return layout + comm_changes([v, *others], only=_op_of(v.metric), guess=not layout)
     parts = layout + comm_changes(others, guess=not layout) + device_changes(others)
@@ -383,6 +386,34 @@ def device_changes(verdicts: Sequence[Verdict]) -> list[str]:
         parts.insert(0, ", ".join(waits) + (
             ": a .item(), .cpu(), print(tensor) or nonzero() in the step?" if grew else ""))
     return parts
+
+
+def peak_growth(peak: Verdict, verdicts: Sequence[Verdict]) -> list[str]:
+    """For a peak of device memory that grew, the sites that held more of it than at the
+    save (``peak_memory_bytes.at.<site>``), where the save recorded them."""
+    if peak.baseline is None or peak.current is None or peak.current <= peak.baseline:
+        return []
+    before, after = [], []
+    for w in verdicts:
+        match = _PEAK_SITE.search(_SUFFIX.sub("", w.metric))
+        if match is None or w.current is None:
+            continue
+        after.append((match["site"], int(w.current)))
+        if w.baseline is not None:
+            before.append((match["site"], int(w.baseline)))
+    if not before:
+        return []  # a baseline saved without the sites: nothing to tell growth from
+    sites = [f"{_site(site)} " + (
+        f"+{format_bytes(now - was)} ({format_bytes(was)} -> {format_bytes(now)})"
+        if was is not None else f"{format_bytes(now)} (not among the largest at the save)")
+        for site, was, now in grew(before, after)]
+    return ["grew at the peak: " + ", ".join(sites)] if sites else []
+
+
+def _site(site: str) -> str:
+    """``model.py:88:forward`` as ``model.py:88 in forward``."""
+    where, _, function = site.rpartition(":")
+    return f"{where} in {function}" if where and function else site
 
 
 def setup_changes(verdicts: Sequence[Verdict]) -> list[str]:

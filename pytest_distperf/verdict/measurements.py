@@ -46,19 +46,19 @@ def _usable(samples: Samples) -> Samples:
 
 
 def figures(noise: NoiseFigures | None
-            ) -> tuple[float | None, float | None, float | None, float | None]:
-    """(steal, wait, other load, GPU held) of the noise probe's figures, as a measurement
-    keeps them."""
+            ) -> tuple[float | None, float | None, float | None, float | None, int | None]:
+    """(steal, wait, other load, GPU held, SM clock) of the noise probe's figures, as a
+    measurement keeps them."""
     if noise is None:
-        return None, None, None, None
-    return noise.steal, noise.wait, noise.other_load, noise.held
+        return None, None, None, None, None
+    return noise.steal, noise.wait, noise.other_load, noise.held, noise.sm_clock_mhz
 
 
 def noise_of(m: Measured) -> NoiseFigures | None:
     """What the noise probe saw during ``m`` (None: nothing was read)."""
-    if m.steal is None and m.wait is None and m.other_load is None and m.held is None:
+    if all(f is None for f in (m.steal, m.wait, m.other_load, m.held, m.sm_clock_mhz)):
         return None
-    return NoiseFigures(0.0, m.steal, m.wait, m.other_load, m.held)
+    return NoiseFigures(0.0, m.steal, m.wait, m.other_load, m.held, m.sm_clock_mhz)
 
 
 def pooled(measurements: Sequence[Measured]) -> Measured:

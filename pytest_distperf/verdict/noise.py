@@ -58,6 +58,8 @@ class Snapshot:
     #: per GPU of the ranks, ns held below its clocks since its driver loaded (NVML); None:
     #: not on GPUs, or not readable
     held_ns: tuple[int, ...] | None = None
+    #: per GPU of the ranks, its SM clock (MHz, NVML); None: not on GPUs, or not readable
+    sm_clock_mhz: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +73,9 @@ class NoiseFigures:
     #: the most of the time any GPU of the ranks was held below its clocks (heat, its
     #: board's or its reliability limit: NVML's violation counters), 0..1
     held: float | None = None
+    #: the lowest SM clock (MHz) NVML read of a GPU of the ranks, at either end: shown, not
+    #: judged (the violation counters in ``held`` say whether the GPU was held down)
+    sm_clock_mhz: int | None = None
 
     def too_noisy(self) -> list[str]:
         """Why the measurement cannot be trusted (empty when it can): other processes'
@@ -95,7 +100,8 @@ class NoiseFigures:
         wait = "?" if self.wait is None else f"{self.wait:.1%}"
         other = "?" if self.other_load is None else f"{self.other_load:.1%}"
         held = "" if self.held is None else f", GPU held {self.held:.1%}"
-        return f"host steal {steal}, CPU wait {wait}, other load {other}{held}"
+        clock = "" if self.sm_clock_mhz is None else f", SM clock {self.sm_clock_mhz} MHz"
+        return f"host steal {steal}, CPU wait {wait}, other load {other}{held}{clock}"
 
 
 def pooled_noise(figures: list[NoiseFigures]) -> NoiseFigures | None:
@@ -109,8 +115,10 @@ def pooled_noise(figures: list[NoiseFigures]) -> NoiseFigures | None:
         figures, key=lambda f: (f.other_load or 0.0, f.wait or 0.0))
     steals = [f.steal for f in figures if f.steal is not None]
     held = [f.held for f in figures if f.held is not None]
+    clocks = [f.sm_clock_mhz for f in figures if f.sm_clock_mhz is not None]
     return NoiseFigures(sum(f.seconds for f in figures), max(steals, default=None),
-                        worst.wait, worst.other_load, max(held, default=None))
+                        worst.wait, worst.other_load, max(held, default=None),
+                        min(clocks, default=None))
 
 
 def _read_cpu_lines() -> tuple[tuple[int, ...], int]:
@@ -156,12 +164,13 @@ def siblings(table: dict[int, procs.Proc] | None = None) -> list[int]:
 
 
 def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False,
-             held_ns: tuple[int, ...] | None = None) -> Snapshot:
+             held_ns: tuple[int, ...] | None = None,
+             sm_clock_mhz: tuple[int, ...] | None = None) -> Snapshot:
     """The counters now, for the measured processes ``pids`` (with ``local_ranks``, also
     :func:`siblings`: the local ranks under torchrun).  Their CPU time is counted with this
     process's (the controller) and every descendant's: all of it is the test's.  One pass
-    over ``/proc`` for all of it.  ``held_ns``: the GPUs' counters, as the caller read them
-    (:func:`~pytest_distperf.doctor.nvml.held_ns`)."""
+    over ``/proc`` for all of it.  ``held_ns`` and ``sm_clock_mhz``: the GPUs' counters and
+    clocks, as the caller read them (:func:`~pytest_distperf.doctor.nvml.clocks`)."""
     table = procs.table()
     pids = list(dict.fromkeys([*pids, *(siblings(table) if local_ranks else ())]))
     waits = []
@@ -174,7 +183,7 @@ def snapshot(pids: Iterable[int] = (), *, local_ranks: bool = False,
     ticks = tuple((pid, table[pid].ticks)
                   for pid in procs.descendants([*pids, os.getpid()], table) if pid in table)
     cpu, cpus = _read_cpu_lines()
-    return Snapshot(time.monotonic(), cpu, tuple(waits), ticks, cpus, held_ns)
+    return Snapshot(time.monotonic(), cpu, tuple(waits), ticks, cpus, held_ns, sm_clock_mhz)
 
 
 def _other_load(start: Snapshot, end: Snapshot, seconds: float) -> float | None:
@@ -222,4 +231,6 @@ def between(start: Snapshot, end: Snapshot) -> NoiseFigures:
         held = min(1.0, max((max(0, b - a) for a, b in zip(start.held_ns, end.held_ns,
                                                             strict=True)), default=0) / 1e9
                    / seconds)
-    return NoiseFigures(seconds, steal, wait, _other_load(start, end, seconds), held)
+    clocks = [*(start.sm_clock_mhz or ()), *(end.sm_clock_mhz or ())]
+    return NoiseFigures(seconds, steal, wait, _other_load(start, end, seconds), held,
+                        min(clocks, default=None))

@@ -123,7 +123,8 @@ def stored_metric_table(metric: StoredMetric) -> dict[str, Any]:
         table.update(estimate=metric.figure, median=median_or_nan(values), min=min(values),
                      max=max(values), n=len(values))
     for key, figure in (("steal", m.steal), ("cpu_wait", m.wait),
-                        ("other_load", m.other_load), ("gpu_held", m.held)):
+                        ("other_load", m.other_load), ("gpu_held", m.held),
+                        ("gpu_sm_clock_mhz", m.sm_clock_mhz)):
         if figure is not None:
             table[key] = figure
     table["samples"] = list(values)
@@ -215,7 +216,8 @@ def _stored_metric(table: Mapping[str, Any]) -> StoredMetric:
                       tuple(int(v) for v in table.get("measurements", ())))
     measured = Measured(float(table["value"]), samples, _opt_float(table.get("steal")),
                         _opt_float(table.get("cpu_wait")),
-                        _opt_float(table.get("other_load")), _opt_float(table.get("gpu_held")))
+                        _opt_float(table.get("other_load")), _opt_float(table.get("gpu_held")),
+                        None if (mhz := table.get("gpu_sm_clock_mhz")) is None else int(mhz))
     return StoredMetric(table["unit"], table["higher_is_better"], measured,
                         str(table.get("kind", "")), _opt_float(table.get("tolerance")))
 

@@ -11,7 +11,8 @@ one sample per line) is still read, and is rewritten as version 2 by the next sa
 
 Both are read into *flat tables*, one per metric, with version 1's keys: ``unit``,
 ``higher_is_better``, ``value``, ``kind``, ``tolerance``, ``samples``, ``control``,
-``memory_control``, ``measurements``, ``steal``, ``cpu_wait``, ``other_load``, ``gpu_held``.
+``memory_control``, ``measurements``, ``steal``, ``cpu_wait``, ``other_load``, ``gpu_held``,
+``gpu_sm_clock_mhz``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ SAMPLE_DIGITS = 4
 VALUE_DIGITS = 6
 _ARRAYS = (("samples", "values"), ("control", "control"),
            ("memory_control", "memory_control"))
-_NOISE = ("steal", "cpu_wait", "other_load", "gpu_held")
+_NOISE = ("steal", "cpu_wait", "other_load", "gpu_held", "gpu_sm_clock_mhz")
 
 
 class BaselineError(Exception):
@@ -438,7 +439,8 @@ def _samples_v2(table: Mapping[str, Any]) -> dict[str, Any]:
     sizes = table.get("measurements")
     if sizes and len(sizes) > 1:
         out["measurements"] = [int(v) for v in sizes]
-    noise = {k: round(float(table[k]), 4) for k in _NOISE if table.get(k) is not None}
+    noise = {k: v if isinstance(v := table[k], int) else round(float(v), 4)
+             for k in _NOISE if table.get(k) is not None}
     if noise:
         out["noise"] = noise
     return out
