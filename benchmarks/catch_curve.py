@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
         def share(counts: collections.Counter[str], key: str = "regressed") -> str:
             total = sum(counts.values())
-            return f"{counts[key]}/{total}" if total else "-"
+            # a recording of runs that stopped early may hold fewer measurements than a
+            # slowed run would take: those are short, not missed
+            short = f" ({counts['wanted more']} short)" if counts["wanted more"] else ""
+            return f"{counts[key]}/{total}{short}" if total else "-"
 
         clean = slowed[0.0]
         cells = [f"{share(clean)} (inc. {clean['inconclusive']})"]
