@@ -344,6 +344,7 @@ def test_a_rank_that_never_joins(monkeypatch: pytest.MonkeyPatch) -> None:
     text = str(info.value)
     assert text.startswith("the rank pool failed to start")
     assert "rank 1 was busy with: starting the process" in text
+    assert "its process is stopped, by SIGSTOP or a debugger: no Python stack" in text
     assert "rank 0 was busy with: joining the rendezvous" in text
     assert not pool.alive and pool.folder is None
     assert wait_gone(stopped) == []

@@ -30,6 +30,16 @@ def read(pid: int | str) -> Proc | None:
         return None
 
 
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger): it runs no signal handler,
+    so it cannot show its stack, until it is continued."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 def table() -> dict[int, Proc]:
     """Every process ``/proc`` lists (empty when it cannot be listed)."""
     try:

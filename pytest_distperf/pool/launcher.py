@@ -30,12 +30,13 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 from typing import Any, NoReturn, Protocol
 
 import cloudpickle
 
+from pytest_distperf.common import procs
 from pytest_distperf.pool import leftovers
 from pytest_distperf.pool.ranklogs import RankLogs
 from pytest_distperf.rank import worker
@@ -260,11 +261,17 @@ class RankPool:
             raise RankError(f"the rank pool failed to start: {exc}", exc.failed_ranks) from None
         self._info = [reply for reply in replies]
 
-    def close(self) -> None:
+    def close(self, busy: Iterable[int] = ()) -> None:
         """Kill every rank and what the ranks started, and release the store; safe to call
-        twice."""
+        twice.  An idle rank is told to stop (it leaves its group and ends); a ``busy`` one,
+        stuck in a call or interrupted in it, cannot read that, and is killed at once rather
+        than after the idle ones' grace."""
         # what runs below the ranks now (it is reparented when they end)
         below = leftovers.started_by(leftovers.ranks_of(self._tmp)) if self._tmp else {}
+        stuck = set(busy)
+        for rank, proc in enumerate(self._procs):
+            if rank in stuck:
+                proc.kill()
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.send_bytes(cloudpickle.dumps(("stop",)))
@@ -355,7 +362,7 @@ class RankPool:
             # Interrupted in the controller (a signal handler that raises, pytest-timeout's
             # signal method, Ctrl-C): the ranks are still busy with this call, and the next
             # call would wait for them.  Kill them: the next call starts a fresh pool.
-            self.close()
+            self.close(busy=range(size))
             exc.add_note(f"distperf: {label} was interrupted in the controller; the rank "
                          f"pool was killed and the next call starts a fresh one")
             raise
@@ -455,7 +462,7 @@ class RankPool:
             parts.append(output)
         message = "\n\n".join(parts)
         if stuck or ended:
-            self.close()  # the group is in an unknown state: the next call respawns it
+            self.close(busy=stuck)  # the group is in an unknown state: the next call respawns it
             message += "\n\n(the rank pool was killed; the next call starts a fresh one)"
         failed = tuple(sorted(set(failures) | set(stuck)))
         if stuck and not failures:
@@ -477,7 +484,8 @@ class RankPool:
         phase = self._phases[rank].value.decode("utf-8", "replace") or "unknown"
         stacks = ""
         proc = self._procs[rank]
-        if proc.is_alive() and proc.pid is not None:
+        halted = proc.pid is not None and procs.stopped(proc.pid)
+        if proc.is_alive() and proc.pid is not None and not halted:
             path = self._stack_file(rank)
             with contextlib.suppress(OSError):
                 before = os.path.getsize(path)
@@ -494,6 +502,8 @@ class RankPool:
                     f.seek(before)
                     stacks = f.read().strip()
         text = f"rank {rank} was busy with: {phase}"
+        if halted:
+            text += " (its process is stopped, by SIGSTOP or a debugger: no Python stack)"
         if stacks:
             text += f"\nPython stacks of rank {rank} (most recent call first):\n{stacks}"
         return text
