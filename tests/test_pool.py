@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fault_cases import start_held_run, wait_gone
+from quick_runs import NO_DYNAMO
 
 from pytest_distperf.fixtures.group import DistGroup
 from pytest_distperf.pool import launcher
@@ -794,7 +795,7 @@ def test_xdist_spreads_tests_over_two_pools(pytester: pytest.Pytester, tmp_path:
     os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
     try:
         # xdist: its workers do not find the pytester plugins from an in-process run
-        result = pytester.runpytest_subprocess(*BASE, "-n", "2", "--dist", "load")
+        result = pytester.runpytest_subprocess(*BASE, *NO_DYNAMO, "-n", "2", "--dist", "load")
     finally:
         del os.environ["DISTPERF_TEST_OUT"]
     result.assert_outcomes(passed=4)
