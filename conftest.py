@@ -9,10 +9,16 @@ import pytest
 import torch  # noqa: F401  (before any in-process run: torch cannot be imported twice)
 from _pytest.pytester import SysModulesSnapshot
 
+from pytest_distperf.pool.launcher import fork_server
+
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 from quick_runs import PLUGINS, SET, not_under, quick_env
 
 pytest_plugins = ("pytester",)
+
+# The ranks' fork server, which every in-process run's pools fork from, imports torch and
+# torch._dynamo (4 s) while pytest collects the suite, not while the first test waits.
+fork_server()
 
 
 @pytest.fixture

@@ -256,6 +256,7 @@ def start_held_run(pytester: Any, out: Path, hold: float,
     import sys
 
     import pytest
+    from quick_runs import NO_DYNAMO  # the held test trains no model
 
     test_file = pytester.makepyfile(test_hold=HELD_TEST)
     here = str(Path(__file__).parent)
@@ -266,8 +267,8 @@ def start_held_run(pytester: Any, out: Path, hold: float,
                PYTHONFAULTHANDLER="1")
     with _sigint_not_ignored():
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--distperf", "--gpus",
-             gpus, str(test_file)],
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *NO_DYNAMO, "--distperf",
+             "--gpus", gpus, str(test_file)],
             cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 120

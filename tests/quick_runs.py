@@ -1,8 +1,10 @@
 """For the tests that start pytest themselves (not through pytester): the environment that
 loads tests/pytester_plugins/distperf_no_pauses.py into the run, as the root conftest's
-pytester fixture does, and the option that makes a save keep one measurement of each timing
-(tests/pytester_plugins/distperf_one_save.py), for saves whose timings no test compares; and
-:func:`pytest_here`, a pytest run in a folder of one's own, in this process."""
+pytester fixture does, the option that makes a save keep one measurement of each timing
+(tests/pytester_plugins/distperf_one_save.py), for saves whose timings no test compares, and
+the one that keeps torch._dynamo out of the fork server of a run that trains no model
+(distperf_no_dynamo.py); and :func:`pytest_here`, a pytest run in a folder of one's own, in
+this process."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ from pathlib import Path
 
 PLUGINS = Path(__file__).parent / "pytester_plugins"
 ONE_SAVE = ("-p", "distperf_one_save")
+#: For a run in a new process that trains no model: no torch._dynamo in the fork server
+#: (tests/pytester_plugins/distperf_no_dynamo.py).
+NO_DYNAMO = ("-p", "distperf_no_dynamo")
 #: Plugins of the outer suite that a run of the plugin never uses: 0.8 s a start.
 UNUSED = ("hypothesispytest", "benchmark", "anyio")
 #: The variables :func:`quick_env` sets for a run.

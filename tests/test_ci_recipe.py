@@ -29,7 +29,7 @@ from actions_model import (
     run_job,
     starts,
 )
-from quick_runs import quick_env
+from quick_runs import NO_DYNAMO, quick_env
 
 from pytest_distperf import plugin
 from pytest_distperf.records import TestRecord, Verdict
@@ -410,7 +410,8 @@ PERF = textwrap.dedent("""
 
 def _step_env(tmp_path: Path, git_env: dict[str, str]) -> dict[str, str]:
     """What the steps run with here: this Python as ``python`` and ``pytest``, the plugin
-    from this checkout, a save of one measurement, and the recipe's options."""
+    from this checkout, a save of one measurement, no torch._dynamo in the fork server (the
+    recipe's tests train no model), and the recipe's options."""
     folder = tmp_path / "bin"
     folder.mkdir()
     for name, args in (("python", ""), ("pytest", " -m pytest")):
@@ -418,7 +419,7 @@ def _step_env(tmp_path: Path, git_env: dict[str, str]) -> dict[str, str]:
         (folder / name).chmod(0o755)
     env = quick_env({**os.environ, "PYTHONPATH": str(ROOT)})
     env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
-    env["PYTEST_ADDOPTS"] += " -p distperf_one_save -p no:cacheprovider"
+    env["PYTEST_ADDOPTS"] += f" -p distperf_one_save {' '.join(NO_DYNAMO)} -p no:cacheprovider"
     args = WORKFLOW["env"]["DISTPERF_ARGS"]
     return {**env, **git_env, "DISTPERF_CI": str(CI), "DISTPERF_ARGS": args}
 

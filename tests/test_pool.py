@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from fault_cases import start_held_run, wait_gone
+from quick_runs import NO_DYNAMO
 
 from pytest_distperf.fixtures.group import DistGroup
 from pytest_distperf.pool import launcher
@@ -411,8 +412,8 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
     pytester.makepyfile(helpers_nearby=HELPER_MODULE, test_pool_behaviour=POOL_TESTS)
     os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
     try:
-        # the hang is over after 4 s; every other call here takes milliseconds
-        result = pytester.runpytest(*BASE, "--distperf-timeout", "4", "-rA")
+        # the hang is over after 3 s; every other call here takes milliseconds
+        result = pytester.runpytest(*BASE, "--distperf-timeout", "3", "-rA")
     finally:
         del os.environ["DISTPERF_TEST_OUT"]
     return result, tmp_path
@@ -441,7 +442,7 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     # a hang: the rank that did not finish, what it was doing, its Python stack
     result.stdout.fnmatch_lines([
         "*run(test_hanging_rank.<locals>.hangs_on_one): rank(s) 1 did not finish within the "
-        "timeout of 4 s*",
+        "timeout of 3 s*",
         "*rank 1 was busy with: run(test_hanging_rank.<locals>.hangs_on_one)*",
         "*in hangs_on_one*",
         "*the rank pool was killed; the next call starts a fresh one*",
@@ -794,7 +795,7 @@ def test_xdist_spreads_tests_over_two_pools(pytester: pytest.Pytester, tmp_path:
     os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
     try:
         # xdist: its workers do not find the pytester plugins from an in-process run
-        result = pytester.runpytest_subprocess(*BASE, "-n", "2", "--dist", "load")
+        result = pytester.runpytest_subprocess(*BASE, *NO_DYNAMO, "-n", "2", "--dist", "load")
     finally:
         del os.environ["DISTPERF_TEST_OUT"]
     result.assert_outcomes(passed=4)
