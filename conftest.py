@@ -12,7 +12,7 @@ from _pytest.pytester import SysModulesSnapshot
 from pytest_distperf.pool.launcher import fork_server
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
-from quick_runs import PLUGINS, SET, not_under, quick_env
+from quick_runs import PLUGINS, SET, XDIST, not_under, quick_env
 
 pytest_plugins = ("pytester",)
 
@@ -33,6 +33,8 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     env = quick_env()
     for key in SET:
         monkeypatch.setenv(key, env[key])
+    for key in XDIST:
+        monkeypatch.delenv(key, raising=False)
     keep = not_under(pytester.path.parent.parent)
     monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot",
                         lambda: SysModulesSnapshot(preserve=keep))

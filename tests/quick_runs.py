@@ -21,6 +21,8 @@ ONE_SAVE = ("-p", "distperf_one_save")
 NO_DYNAMO = ("-p", "distperf_no_dynamo")
 #: Plugins of the outer suite that a run of the plugin never uses: 0.8 s a start.
 UNUSED = ("hypothesispytest", "benchmark", "anyio")
+#: What an xdist worker of the suite has in its environment, which places its ranks.
+XDIST = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")
 #: The variables :func:`quick_env` sets for a run.
 SET = ("PYTHONPATH", "PYTEST_PLUGINS", "PYTEST_ADDOPTS")
 
@@ -32,6 +34,8 @@ def quick_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, 
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PLUGINS), path)))
     env["PYTEST_PLUGINS"] = "distperf_no_pauses"
+    for key in XDIST:  # a run the tests start is not one of the suite's xdist workers
+        env.pop(key, None)
     # gloo unless a test asks for another backend: on a machine with fewer GPUs than a run's
     # --gpus, auto is a usage error, and the suite's runs are CPU runs
     env["PYTEST_ADDOPTS"] = " ".join([*(f"-p no:{name}" for name in UNUSED),
