@@ -16,9 +16,13 @@ from quick_runs import PLUGINS, SET, XDIST, not_under, quick_env
 
 pytest_plugins = ("pytester",)
 
-# The ranks' fork server, which every in-process run's pools fork from, imports torch and
-# torch._dynamo (4 s) while pytest collects the suite, not while the first test waits.
-fork_server()
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the ranks' fork server, which every in-process run's pools fork from: it
+    imports torch and torch._dynamo (4 s) while pytest collects the suite, not while the
+    first test waits.  Not in an xdist controller, which runs no test."""
+    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+        fork_server()
 
 
 @pytest.fixture

@@ -156,6 +156,9 @@ INFORMATIONAL = "informational"
 #: a peak of device memory: the host's speed does not move it, the allocator's rounding
 #: barely does; judged from one measurement against a small relative bound.
 PEAK = "peak"
+#: What one site held at a GPU step's peak of device memory: ``peak_memory_bytes.at.<site>``
+#: (informational; a site the save did not keep held 0 then).
+PEAK_SITE = "peak_memory_bytes.at."
 METRIC_KINDS = (MEASURED, EXACT, INFORMATIONAL, PEAK)
 #: the kinds judged from one measurement, with no samples to store
 SINGLE_MEASUREMENT_KINDS = (EXACT, PEAK)
@@ -469,7 +472,7 @@ class RankStep:
     mesh_comm: tuple[DimComm, ...] = ()
     counted_step_s: float = 0.0
     calibration_s: tuple[float, ...] = ()  # batch_shares="auto": its no-sync calibration steps
-    #: on a GPU, the sites that held the most device memory at the counted step's peak
+    #: on a GPU, the sites that held the most device memory at the peak of one more step
     #: (``model.py:88:forward``, bytes), the largest first (:mod:`.common.peaksites`)
     peak_sites: tuple[tuple[str, int], ...] = ()
     #: the Chrome trace (zlib) of one synchronised step run under torch.profiler after the

@@ -340,6 +340,26 @@ def test_an_item_in_the_loss_fails_as_a_host_sync_named_by_its_op(tmp_path: Path
     assert back["device.syncs.aten::item"].verdict == bl.IMPROVED
 
 
+def test_a_site_of_the_peak_the_save_did_not_keep_counts_from_0(tmp_path: Path) -> None:
+    """A site of the peak (``peak_memory_bytes.at.<site>``) whose line moved since the save,
+    or that was not among the largest then, is compared from 0 and stays informational:
+    never "no baseline" (no re-save asked for), never a failure; the peak names it."""
+    def site(name: str, mib: int) -> Metric:
+        return Metric(f"peak_memory_bytes.at.{name}", float(mib * 2**20), "B", False,
+                      kind=INFORMATIONAL)
+
+    file = saved(tmp_path, [*gpu_step(), site("model.py:88:forward", 5)])
+    v = verdicts_of(file, [*gpu_step(peak=4 * 2**30), site("model.py:90:forward", 5)])
+    moved = v["peak_memory_bytes.at.model.py:90:forward"]
+    assert (moved.verdict, moved.baseline) == (INFO, 0.0)
+    assert v["peak_memory_bytes"].verdict == bl.REGRESSED
+    assert ("grew at the peak: model.py:90 in forward 5 MiB (not among the largest at the "
+            "save)") in v["peak_memory_bytes"].explanation
+    # a baseline saved with no sites at all: a site is new there
+    v = verdicts_of(saved(tmp_path, gpu_step()), [*gpu_step(), site("model.py:90:forward", 5)])
+    assert v["peak_memory_bytes.at.model.py:90:forward"].verdict == bl.NO_BASELINE
+
+
 def test_a_peak_of_device_memory_is_judged_within_its_bound(tmp_path: Path) -> None:
     """Activations kept for longer: the same FLOPs and counts, 20% more peak memory, fails
     with both figures; the allocator's rounding (well under 1%) passes."""

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_distperf.analysis.analyzer import analyze_steps
-from pytest_distperf.common.peaksites import BEFORE, NO_FRAME, grew, sites_at_peak
+from pytest_distperf.common.peaksites import BEFORE, NO_FRAME, grew, sites_at_peak, under
 from pytest_distperf.fixtures.steptimer import device_step_metrics
 from pytest_distperf.records import INFO, INFORMATIONAL, PEAK, REGRESSED, RankStep, Verdict
 from pytest_distperf.verdict.explain import explain
@@ -22,7 +22,11 @@ MiB = 2**20
 #: Hand-built in the layout ``torch.cuda.memory._snapshot()`` returns (tests/data/README.md).
 SNAPSHOT = Path(__file__).parent / "data" / "cuda_memory_snapshot.json"
 VENV = "/opt/venv/lib/python3.11/site-packages"
-SKIP = (f"{VENV}/torch", f"{VENV}/pytest_distperf")
+FOLDERS = (f"{VENV}/torch", f"{VENV}/pytest_distperf")
+
+
+def SKIP(filename: str) -> bool:  # a constant of the tests, called
+    return under(filename, FOLDERS)
 
 
 def snapshot() -> dict[str, Any]:
@@ -159,7 +163,7 @@ def test_a_peak_that_grew_names_the_sites_that_grew() -> None:
     peak = Verdict("peak_memory_bytes", REGRESSED, unit="B", baseline=20 * MiB,
                    current=30 * MiB, change=0.5, kind=PEAK)
     others = [site(BEFORE, 13 * MiB, 13 * MiB), site("model.py:88:forward", 5 * MiB, 12 * MiB),
-              site("model.py:120:forward", None, 3 * MiB), site(NO_FRAME, 2 * MiB, 2 * MiB)]
+              site("model.py:120:forward", 0.0, 3 * MiB), site(NO_FRAME, 2 * MiB, 2 * MiB)]
 
     def explained(*verdicts: Verdict) -> str:
         labels = dict.fromkeys([v.metric for v in verdicts], "step")
@@ -173,3 +177,22 @@ def test_a_peak_that_grew_names_the_sites_that_grew() -> None:
     # a peak that did not grow names no site
     shrunk = dataclasses.replace(peak, current=19 * MiB)
     assert "grew" not in explained(shrunk, *others)
+
+
+def test_installed_packages_are_the_users_code_torch_and_the_standard_library_are_not(
+        ) -> None:
+    """Where the standard library's folder holds site-packages (pyenv, conda, most images),
+    a model from an installed package (transformers, ...) is still named by its own line."""
+    import os
+    import sysconfig
+
+    from pytest_distperf.rank import memory
+
+    paths = sysconfig.get_paths()
+    torch_folder = os.path.join(paths["purelib"], "torch")
+    skip = memory.library_file(torch_folder)
+    assert skip(os.path.join(torch_folder, "nn", "modules", "linear.py"))
+    assert skip(os.path.join(paths["stdlib"], "contextlib.py"))
+    assert not skip(os.path.join(paths["purelib"], "transformers", "modeling_gpt2.py"))
+    assert not skip("/home/ci/gpt/model.py")
+    assert skip(memory.__file__)

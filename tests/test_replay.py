@@ -300,7 +300,7 @@ def test_a_host_whose_memory_alone_slowed_since_the_save_false_alarms_nothing(
     save as measured, the compute control 3% faster, the memory control 16% and 23% slower,
     with little steal.  The host's memory alone slowed by more than the change, and how much
     of that a 64 x 64 matmul follows is not known: inconclusive, not regressed
-    (``readings.memory_alone`` in ``rule._beyond_host``).  Without it they are the record's
+    (``readings.memory_alone`` in ``rule._beyond_memory``).  Without it they are the record's
     two false alarms.  Of the record's clean runs made 15% slower it loses one catch of five,
     where the memory control ran 37% slower than the compute one (the five of block 1, the
     host 5% faster than at the save, read under the line as measured either way)."""
@@ -315,7 +315,7 @@ def test_a_host_whose_memory_alone_slowed_since_the_save_false_alarms_nothing(
         measured = replay.measurements(run.measurements, 1.0, 1.0)
         verdict, _, detail = replay.judge(base, measured)
         assert verdict == "inconclusive", detail
-        assert "the host's memory ran" in detail and "own move" in detail, detail
+        assert "the host's memory slowed" in detail and "own move" in detail, detail
         judged.append((base, measured))
     slowed = replay.replay(data, "mm.time_s", 0.0, 1.0, time_change=0.15, save_now=True)
     assert slowed[0.0]["regressed"] == 4, slowed

@@ -14,7 +14,7 @@ two such lists.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 #: One site and the bytes its blocks held at the peak: ``model.py:88:forward``.
@@ -29,13 +29,15 @@ NO_FRAME = "(no Python frame)"
 TOP = 4
 
 
-def sites_at_peak(snapshot: Mapping[str, Any], device: int, skip: Sequence[str] = (),
+def sites_at_peak(snapshot: Mapping[str, Any], device: int,
+                  skip: Callable[[str], bool] = lambda filename: False,
                   top: int = TOP) -> tuple[Site, ...]:
     """The ``top`` sites holding the most bytes at the peak of allocated memory on
     ``device`` over the recorded history, the largest first.  A block's site is its first
-    frame whose file is under none of ``skip`` (torch's and the plugin's folders): the user's
-    line that asked for it; else its innermost frame, :data:`NO_FRAME` without one, and
-    :data:`BEFORE` for a block allocated before the history began."""
+    frame whose file ``skip`` does not take for a library's (torch, the plugin, the standard
+    library: :func:`under`): the user's line that asked for it; else its innermost frame,
+    :data:`NO_FRAME` without one, and :data:`BEFORE` for a block allocated before the
+    history began."""
     traces = snapshot.get("device_traces") or []
     trace = traces[device] if 0 <= device < len(traces) else []
     live = _live_at_start(snapshot, device, trace)
@@ -86,17 +88,22 @@ def _step(live: dict[int, tuple[int, list[Any] | None]], entry: Mapping[str, Any
     return 0
 
 
-def _site(frames: Sequence[Mapping[str, Any]], skip: Sequence[str]) -> str:
+def _site(frames: Sequence[Mapping[str, Any]], skip: Callable[[str], bool]) -> str:
     if not frames:
         return NO_FRAME
-    mine = next((f for f in frames if not _under(str(f.get("filename", "")), skip)), frames[0])
+    mine = next((f for f in frames if not _library(str(f.get("filename", "")), skip)),
+                frames[0])
     name = os.path.basename(str(mine.get("filename", "?")))
     return f"{name}:{mine.get('line', 0)}:{mine.get('name', '?')}"
 
 
-def _under(filename: str, folders: Iterable[str]) -> bool:
-    return filename.startswith("<") or any(
-        filename.startswith(folder.rstrip(os.sep) + os.sep) for folder in folders)
+def _library(filename: str, skip: Callable[[str], bool]) -> bool:
+    return filename.startswith("<") or skip(filename)  # "<frozen ...>", "<string>": not a file
+
+
+def under(filename: str, folders: Iterable[str]) -> bool:
+    """Whether ``filename`` lies in one of ``folders``."""
+    return any(filename.startswith(folder.rstrip(os.sep) + os.sep) for folder in folders)
 
 
 def grew(before: Sequence[Site], after: Sequence[Site], top: int = 3

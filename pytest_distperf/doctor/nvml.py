@@ -190,8 +190,8 @@ def clocks(gpus: Sequence[tuple[int, str]]) -> Clocks:
             return int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
 
         return Clocks(_each(pynvml, handles, held), _each(pynvml, handles, sm_clock))
-    except pynvml.NVMLError:
-        return Clocks(None, None)  # a GPU NVML does not know
+    except (pynvml.NVMLError, AttributeError, TypeError):
+        return Clocks(None, None)  # a GPU NVML does not know, or a pynvml that reads it not
     finally:
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()

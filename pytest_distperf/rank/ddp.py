@@ -316,7 +316,7 @@ def _timed_step(built: Built, sync: bool, k: int,
     return phases, buckets
 
 
-def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float, tuple[Site, ...]]:
+def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float]:
     """One more synchronised step, from a barrier, under ``torch.profiler`` (CPU events
     with shapes: every collective and its message size; on a GPU its kernels too), inside
     the region annotation the trace analysis counts in, and under
@@ -324,9 +324,8 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float, tuple
     optimizer); with a mesh, under a dispatch mode that counts the collectives by mesh
     dimension too; compiled code runs eagerly in it (the counters cannot follow it).  The
     trace, compressed, the FLOPs (0 where they could not be counted),
-    the counts by dimension, the step's seconds (under all of that: only the blocked
-    share of its collectives is read against it) and, on a GPU, what held its peak of
-    device memory (:func:`~pytest_distperf.rank.memory.recording_peak_sites`)."""
+    the counts by dimension and the step's seconds (under all of that: only the blocked
+    share of its collectives is read against it)."""
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function
     from torch.utils.flop_counter import FlopCounterMode
@@ -348,7 +347,7 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float, tuple
     with eager(), profile(activities=activities, record_shapes=True) as prof:
         start = time.perf_counter()
         with (record_function(PROFILED_REGION), counter,
-              by_dim or contextlib.nullcontext(), recording_peak_sites(built.clock) as sites):
+              by_dim or contextlib.nullcontext()):
             built.train_step()
         # outside the counted region: the step's own host syncs are what it counts
         built.clock.synchronize()
@@ -357,8 +356,21 @@ def _census(built: Built) -> tuple[bytes, int, tuple[DimComm, ...], float, tuple
         flops = int(counter.get_total_flops())
     except Exception:  # a model the counter cannot follow: the FLOPs stay unknown
         flops = 0
-    return (exported(prof), flops, by_dim.result() if by_dim is not None else (), seconds,
-            tuple(sites))
+    return exported(prof), flops, by_dim.result() if by_dim is not None else (), seconds
+
+
+def _peak_sites(built: Built) -> tuple[Site, ...]:
+    """On a GPU, one more step with the allocator's history on: what held its peak of device
+    memory (:func:`~pytest_distperf.rank.memory.recording_peak_sites`).  A step of its own:
+    the history's Python stacks slow every allocation, and no timed or counted step may
+    pay for them."""
+    if not built.clock.on_cuda:
+        return ()
+    set_phase("ddp_step_timer: what holds the peak of device memory (one step)")
+    with recording_peak_sites(built.clock) as sites:
+        built.train_step()
+        built.clock.synchronize()
+    return tuple(sites)
 
 
 def _measure(spec: StepSpec) -> RankStep:
@@ -385,8 +397,9 @@ def _measure(spec: StepSpec) -> RankStep:
     if not built.clock.on_cuda:
         peak_rss = max(peak_rss, timed.peak_rss, rss_bytes())
     peak, capacity, source = memory_figures(built.clock, peak_rss, world)
-    census, flops, mesh_comm, counted_s, sites = (_census(built) if spec.count_collectives
-                                                  else (b"", 0, (), 0.0, ()))
+    census, flops, mesh_comm, counted_s = (_census(built) if spec.count_collectives
+                                           else (b"", 0, (), 0.0))
+    sites = _peak_sites(built) if spec.count_collectives else ()
     phases = timed.phases
     return RankStep(
         rank=rank, batch_size=built.batch_size, forward_s=tuple(p[0] for p in phases),

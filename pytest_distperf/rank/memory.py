@@ -17,10 +17,10 @@ import gc
 import os
 import re
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from pytest_distperf.common.peaksites import Site, sites_at_peak
+from pytest_distperf.common.peaksites import Site, sites_at_peak, under
 from pytest_distperf.rank.clock import Clock
 
 #: torch's words for the allocation that failed (``Tried to allocate 2.00 GiB``).
@@ -77,11 +77,23 @@ def _sites(snapshot: Any, clock: Clock) -> tuple[Site, ...]:
     import torch
 
     index = clock.device.index
-    # the user's line is the first frame outside torch, this plugin and the standard library
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
-            sysconfig.get_paths()["stdlib"])
     return sites_at_peak(snapshot, torch.cuda.current_device() if index is None else index,
-                         skip)
+                         library_file(os.path.dirname(torch.__file__)))
+
+
+def library_file(torch_folder: str) -> Callable[[str], bool]:
+    """Whether a frame's file is torch's, this plugin's or the standard library's: the
+    user's line is the first frame outside them.  Installed packages are the user's (the
+    standard library's folder holds site-packages on pyenv, conda and most images)."""
+    paths = sysconfig.get_paths()
+    ours = (torch_folder, os.path.dirname(os.path.dirname(__file__)))
+    packages = (paths["purelib"], paths["platlib"])
+
+    def skip(filename: str) -> bool:
+        return under(filename, ours) or (under(filename, (paths["stdlib"],))
+                                         and not under(filename, packages))
+
+    return skip
 
 
 def rss_bytes() -> int:

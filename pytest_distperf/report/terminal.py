@@ -348,6 +348,12 @@ def _noise(v: Verdict) -> str:
         parts.append(f"CPU wait {v.wait:.1%}")
     if v.other_load is not None:
         parts.append(f"other load {v.other_load:.1%}")
+    held = [m.held for m in v.measurements if m.held is not None]
+    if held:
+        parts.append(f"GPU held {max(held):.1%}")
+    clocks = [m.sm_clock_mhz for m in v.measurements if m.sm_clock_mhz is not None]
+    if clocks:
+        parts.append(f"SM clock {min(clocks)} MHz")
     if v.spread is not None:
         parts.append(f"spread {v.spread:.1%}")
     if v.host_change is not None:

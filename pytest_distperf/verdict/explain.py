@@ -32,6 +32,7 @@ from pytest_distperf.records import (
     EXACT,
     IMPROVED,
     INCONCLUSIVE,
+    PEAK_SITE,
     REGRESSED,
     Verdict,
 )
@@ -163,11 +164,12 @@ def host_hides(a: Assessment, base: StoredMetric, slope_error: float) -> str:
 
 def memory_hides(a: Assessment, base: StoredMetric) -> str:
     """A regression within the memory control's own move since the save."""
-    return _detail(f"inconclusive: {_host(a)}, enough to hide a change this size "
-                   f"({pct(a.change)}); rerun on a quieter runner or re-save", _readings(a),
-                   f"{pct(a.change)} is within the memory control's own move since the save "
-                   f"({pct(memory_alone(a.readings))} beyond the host-speed control's), of "
-                   "which this metric may follow any part", _noisy(a))
+    own = memory_alone(a.readings)
+    return _detail(f"inconclusive: the host's memory slowed {own:.0%} more than its compute "
+                   f"since the save, enough to hide a change this size ({pct(a.change)}); "
+                   "rerun on a quieter runner or re-save", _readings(a),
+                   f"{pct(a.change)} is within the memory control's own move, of which this "
+                   "metric may follow any part", _noisy(a))
 
 
 def readings_disagree(a: Assessment, base: StoredMetric) -> str:
@@ -320,7 +322,7 @@ _THEORY = "pipeline.bubble_theory"
 _DEVICE = re.compile(r"(?:^|\.)(?:device\.(?P<what>launches|graph_launches|syncs|h2d_bytes|"
                      r"d2h_bytes)(?:\.(?P<op>.+))?|(?P<peak>peak_memory_bytes))$")
 #: What one site held at the peak of device memory (``peak_memory_bytes.at.<site>``).
-_PEAK_SITE = re.compile(r"(?:^|\.)peak_memory_bytes\.at\.(?P<site>.+)$")
+_PEAK_SITE = re.compile(r"(?:^|\.)" + re.escape(PEAK_SITE) + r"(?P<site>.+)$")
 #: The device figures' words in an explanation, and whether they are bytes.
 _DEVICE_WORDS = {"launches": ("kernel launches/step", False),
                  "graph_launches": ("CUDA graph launches/step", False),
@@ -394,15 +396,17 @@ def peak_growth(peak: Verdict, verdicts: Sequence[Verdict]) -> list[str]:
     if peak.baseline is None or peak.current is None or peak.current <= peak.baseline:
         return []
     before, after = [], []
+    compared = False  # a baseline saved without the sites: nothing to tell growth from
     for w in verdicts:
         match = _PEAK_SITE.search(_SUFFIX.sub("", w.metric))
         if match is None or w.current is None:
             continue
         after.append((match["site"], int(w.current)))
-        if w.baseline is not None:
+        compared = compared or w.baseline is not None
+        if w.baseline:  # 0: a site the save did not keep
             before.append((match["site"], int(w.baseline)))
-    if not before:
-        return []  # a baseline saved without the sites: nothing to tell growth from
+    if not compared:
+        return []
     sites = [f"{_site(site)} " + (
         f"+{format_bytes(now - was)} ({format_bytes(was)} -> {format_bytes(now)})"
         if was is not None else f"{format_bytes(now)} (not among the largest at the save)")

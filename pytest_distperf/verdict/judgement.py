@@ -26,6 +26,7 @@ from pytest_distperf.records import (
     NO_BASELINE,
     NOT_COMPARABLE,
     PEAK,
+    PEAK_SITE,
     SAVED,
     SINGLE_MEASUREMENT_KINDS,
     Environment,
@@ -250,6 +251,11 @@ class Judgement:
             # a collective the baseline's step did not issue: it issued 0 of them
             return StoredMetric(metric.unit, metric.higher_is_better, Measured(0.0),
                                 EXACT), ("", "")
+        head, site, _ = name.partition(PEAK_SITE)
+        if base is None and site and any(n.startswith(head + PEAK_SITE) for n in stored):
+            # a site the save did not keep among the largest (or whose line moved): 0 then
+            return StoredMetric(metric.unit, metric.higher_is_better, Measured(0.0),
+                                INFORMATIONAL), ("", "")
         if base is None:
             return None, (NO_BASELINE, explain.new_metric())
         if base.unit != metric.unit or base.higher_is_better != metric.higher_is_better:

@@ -73,7 +73,7 @@ class NoiseFigures:
     #: the most of the time any GPU of the ranks was held below its clocks (heat, its
     #: board's or its reliability limit: NVML's violation counters), 0..1
     held: float | None = None
-    #: the lowest SM clock (MHz) NVML read of a GPU of the ranks, at either end: shown, not
+    #: the lowest SM clock (MHz) NVML read of a GPU of the ranks at the end: shown, not
     #: judged (the violation counters in ``held`` say whether the GPU was held down)
     sm_clock_mhz: int | None = None
 
@@ -94,14 +94,6 @@ class NoiseFigures:
             out.append(f"a GPU was held below its clocks (heat, or its board's limits) "
                        f"{self.held:.1%} of the time")
         return out
-
-    def describe(self) -> str:
-        steal = "?" if self.steal is None else f"{self.steal:.1%}"
-        wait = "?" if self.wait is None else f"{self.wait:.1%}"
-        other = "?" if self.other_load is None else f"{self.other_load:.1%}"
-        held = "" if self.held is None else f", GPU held {self.held:.1%}"
-        clock = "" if self.sm_clock_mhz is None else f", SM clock {self.sm_clock_mhz} MHz"
-        return f"host steal {steal}, CPU wait {wait}, other load {other}{held}{clock}"
 
 
 def pooled_noise(figures: list[NoiseFigures]) -> NoiseFigures | None:
@@ -231,6 +223,6 @@ def between(start: Snapshot, end: Snapshot) -> NoiseFigures:
         held = min(1.0, max((max(0, b - a) for a, b in zip(start.held_ns, end.held_ns,
                                                             strict=True)), default=0) / 1e9
                    / seconds)
-    clocks = [*(start.sm_clock_mhz or ()), *(end.sm_clock_mhz or ())]
+    # at the end, right after the work: at the start an idle GPU runs low clocks by design
     return NoiseFigures(seconds, steal, wait, _other_load(start, end, seconds), held,
-                        min(clocks, default=None))
+                        min(end.sm_clock_mhz or (), default=None))

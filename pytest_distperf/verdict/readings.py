@@ -143,7 +143,8 @@ def memory_alone(readings: Sequence[Reading]) -> float:
     memory = next((r for r in readings if r.name == MEMORY), None)
     if memory is None:
         return 0.0
-    return (1.0 + memory.host_change) / (1.0 + readings[0].host_change) - 1.0
+    own = (1.0 + memory.host_change) / (1.0 + readings[0].host_change) - 1.0
+    return own if math.isfinite(own) else 0.0
 
 
 def _host_log(base_points: Sequence[tuple[float, float, Sequence[float]]],
