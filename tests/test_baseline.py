@@ -1453,6 +1453,25 @@ def test_sentence_9_a_regression_within_the_memory_controls_own_move(
     assert rule._beyond_memory(a) is beyond
 
 
+def test_sentence_9_a_regression_within_the_memory_controls_own_move_says_so() -> None:
+    """The headline gives the figure that decides, how much more the memory control slowed
+    than the compute one, not whichever control moved most (here the compute one)."""
+    from pytest_distperf.verdict import explain as ex
+
+    def reading(name: str, host: float) -> readings.Reading:
+        return readings.Reading(name=name, change=0.148, worse=0.148, slope=1.0,
+                                host_change=host, p_worse=0.001, p_better=0.999)
+
+    a = rule.Assessment(baseline=1.0, current=1.148, change=0.148, worse=0.148,
+                        worse_like=True, better_like=False, host_change=-0.10,
+                        readings=(reading(readings.FITTED, -0.10),
+                                  reading(readings.MEMORY, 0.05)))
+    assert not rule._beyond_memory(a)
+    assert ex.memory_hides(a, stored_controlled()).startswith(
+        "inconclusive: the host's memory slowed 17% more than its compute since the save, "
+        "enough to hide a change this size (+14.8%)")
+
+
 @pytest.mark.parametrize(("factors", "borne_out"), [
     ((0.7,), False),  # one measurement: never
     ((0.7, 0.7), True), ((1.0, 0.7), True),  # the last one better on its own
