@@ -412,8 +412,8 @@ def pool_run(pytester: pytest.Pytester, tmp_path: Path) -> tuple[pytest.RunResul
     pytester.makepyfile(helpers_nearby=HELPER_MODULE, test_pool_behaviour=POOL_TESTS)
     os.environ["DISTPERF_TEST_OUT"] = str(tmp_path)
     try:
-        # the hang is over after 3 s; every other call here takes milliseconds
-        result = pytester.runpytest(*BASE, "--distperf-timeout", "3", "-rA")
+        # the hang is over after 4 s; every other call here takes milliseconds
+        result = pytester.runpytest(*BASE, "--distperf-timeout", "4", "-rA")
     finally:
         del os.environ["DISTPERF_TEST_OUT"]
     return result, tmp_path
@@ -442,7 +442,7 @@ def test_pool_behaviour(pool_run: tuple[pytest.RunResult, Path]) -> None:
     # a hang: the rank that did not finish, what it was doing, its Python stack
     result.stdout.fnmatch_lines([
         "*run(test_hanging_rank.<locals>.hangs_on_one): rank(s) 1 did not finish within the "
-        "timeout of 3 s*",
+        "timeout of 4 s*",
         "*rank 1 was busy with: run(test_hanging_rank.<locals>.hangs_on_one)*",
         "*in hangs_on_one*",
         "*the rank pool was killed; the next call starts a fresh one*",
