@@ -595,6 +595,7 @@ def test_fsdp_shards_the_blocks_of_containers_or_what_the_policy_names() -> None
 ALTERNATING = r'''
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -612,6 +613,8 @@ class Alternating(torch.nn.Module):
         return self.lin(x)
 
 
+# the imbalance is the breach here; rank 0's wait for rank 1 sits near 30% of a step
+@pytest.mark.distperf(max_comm_overhead=2.0)
 def test_alternating(ddp_step_timer):
     ddp_step_timer(Alternating, lambda rank: torch.randn(4, 8), steps=8, warmup=1,
                    control=False)
