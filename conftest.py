@@ -10,6 +10,7 @@ import torch  # noqa: F401  (before any in-process run: torch cannot be imported
 from _pytest.pytester import SysModulesSnapshot
 
 from pytest_distperf.pool.launcher import fork_server
+from pytest_distperf.session import hands_out_tests
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 from quick_runs import PLUGINS, SET, XDIST, not_under, quick_env
@@ -21,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Start the ranks' fork server, which every in-process run's pools fork from: it
     imports torch and torch._dynamo (4 s) while pytest collects the suite, not while the
     first test waits.  Not in an xdist controller, which runs no test."""
-    if not getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or not hands_out_tests(config):
         fork_server()
 
 

@@ -96,7 +96,7 @@ def _in_torchrun() -> bool:
     return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 
 
-def _hands_out_tests(config: pytest.Config) -> bool:
+def hands_out_tests(config: pytest.Config) -> bool:
     """Whether this process is an xdist controller that hands its tests to workers (xdist's
     own test: a distribution mode and workers to start): it runs none of them."""
     return (config.getoption("dist", "no") != "no"
@@ -173,7 +173,7 @@ class DistperfSession:
         self.is_reporter = True
         self.is_xdist_worker = hasattr(config, "workerinput")
         #: an xdist controller runs no test: no ranks, so no fork server for them
-        self.hands_out_tests = not self.is_xdist_worker and _hands_out_tests(config)
+        self.hands_out_tests = not self.is_xdist_worker and hands_out_tests(config)
         self._environments: dict[int, Environment] = {}
         self._baselines: SessionFiles | None = None
 

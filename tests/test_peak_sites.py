@@ -25,7 +25,8 @@ VENV = "/opt/venv/lib/python3.11/site-packages"
 FOLDERS = (f"{VENV}/torch", f"{VENV}/pytest_distperf")
 
 
-def SKIP(filename: str) -> bool:  # a constant of the tests, called
+def ours(filename: str) -> bool:
+    """torch's and the plugin's files in the recorded snapshot's environment."""
     return under(filename, FOLDERS)
 
 
@@ -43,12 +44,12 @@ def test_the_sites_at_the_peak_of_a_recorded_step() -> None:
     step before), peaks at 20 MiB after two blocks of model.py:88 (via nn.Linear), one
     freed block of model.py:90 and a backward block with no Python frame; the optimizer's
     block comes after the peak."""
-    assert sites_at_peak(snapshot(), 0, SKIP) == (
+    assert sites_at_peak(snapshot(), 0, ours) == (
         (BEFORE, 13 * MiB), ("model.py:88:forward", 5 * MiB), (NO_FRAME, 2 * MiB))
     # the first frame outside torch and the plugin names it; without the folders, torch's
     assert sites_at_peak(snapshot(), 0)[1] == ("linear.py:134:forward", 5 * MiB)
-    assert sites_at_peak(snapshot(), 0, SKIP, top=1) == ((BEFORE, 13 * MiB),)
-    assert sites_at_peak(snapshot(), 1, SKIP) == ()  # no such device in it
+    assert sites_at_peak(snapshot(), 0, ours, top=1) == ((BEFORE, 13 * MiB),)
+    assert sites_at_peak(snapshot(), 1, ours) == ()  # no such device in it
     assert sites_at_peak({"segments": [], "device_traces": []}, 0) == ()
 
 
@@ -64,9 +65,9 @@ def test_a_block_stops_counting_when_its_free_is_requested() -> None:
              {"action": "free_completed", "addr": 100, "size": 4 * MiB},
              {"action": "segment_free", "addr": 0, "size": 20 * MiB}]
     data = {"segments": [], "device_traces": [trace]}
-    assert sites_at_peak(data, 0, SKIP) == (("train.py:12:step", 4 * MiB),)
+    assert sites_at_peak(data, 0, ours) == (("train.py:12:step", 4 * MiB),)
     trace[1]["action"] = "free_completed"  # its free not yet requested: both live at once
-    assert sites_at_peak(data, 0, SKIP) == (("train.py:12:step", 4 * MiB),
+    assert sites_at_peak(data, 0, ours) == (("train.py:12:step", 4 * MiB),
                                             ("adamw.py:520:_multi_tensor_adamw", 3 * MiB))
 
 
