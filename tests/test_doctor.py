@@ -433,7 +433,9 @@ def neighbour() -> Iterator[int]:
             os.kill(pid, signal.SIGKILL)
 
 
-def test_a_busy_neighbour_is_seen_and_named() -> None:
+def test_a_busy_neighbour_is_seen_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every busy process named: the suite's other xdist worker may keep three busier
+    monkeypatch.setattr(load, "NAMED_MAX", 100)
     with neighbour() as pid:
         watch = load.Watch([])
         time.sleep(1.5)
@@ -449,6 +451,7 @@ def test_the_quick_check_on_gloo_ranks_reports_a_busy_neighbour(
     spinning on one core: every part runs, the page and its JSON section say what they
     measured, and the neighbour is named.  No figure is asserted."""
     monkeypatch.setenv("DISTPERF_DOCTOR_QUICK", "1")
+    monkeypatch.setattr(load, "NAMED_MAX", 100)  # as above: the neighbour among them all
     json_path = pytester.path / "runner.json"
     with neighbour() as pid:
         result = pytester.runpytest(
